@@ -1,0 +1,25 @@
+# The two commands a newcomer needs (README.md): `make lab` and `make test`.
+# Both install what they need first (scripts/setup.sh), so a fresh machine works.
+LAB_FILE ?= examples/lab.yml
+NODES ?= 2
+MW := .venv/bin/meshwire
+
+.PHONY: setup lab test lint down
+
+setup:
+	bash scripts/setup.sh
+
+lab: setup
+	$(MW) lab up $(LAB_FILE) --nodes $(NODES)
+	$(MW) lab check
+
+down: setup
+	$(MW) lab down
+
+test: setup
+	.venv/bin/python -m pytest -q
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy control dataplane tests bench

@@ -1,0 +1,209 @@
+"""The meshnet Topology object (`networkop.co.uk/v1beta1`, kind `Topology`).
+
+Field names are meshnet's, exactly, at the boundary (`peer_pod`, `local_intf`,
+`src_ip`, `net_ns`, `plumbing_error`): a Topology written for meshnet loads here
+unchanged, and one written back reads the same in meshnet's tools.
+
+The objects are immutable values. `from_dict` only reshapes what the API gives;
+it raises `ModelError` for a shape it cannot read (a link that is not a mapping,
+a uid that is not an integer). Semantic checks (interface names, addresses,
+both ends agreeing) live in `validate.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GROUP = "networkop.co.uk"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Topology"
+PLURAL = "topologies"
+
+# `peer_pod: localhost` asks for a macvlan on the host interface `peer_intf`.
+LOCALHOST = "localhost"
+
+
+class ModelError(ValueError):
+    """An object whose shape cannot be read; the message names the object and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    uid: int
+    peer_pod: str
+    local_intf: str
+    peer_intf: str
+    local_ip: str = ""
+    peer_ip: str = ""
+
+    @property
+    def to_host(self) -> bool:
+        return self.peer_pod == LOCALHOST
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "uid": self.uid,
+            "peer_pod": self.peer_pod,
+            "local_intf": self.local_intf,
+            "peer_intf": self.peer_intf,
+        }
+        if self.local_ip:
+            out["local_ip"] = self.local_ip
+        if self.peer_ip:
+            out["peer_ip"] = self.peer_ip
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    pod_name: str
+    link_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyStatus:
+    skipped: tuple[Skipped, ...] = ()
+    src_ip: str = ""
+    net_ns: str = ""
+    container_id: str = ""
+    plumbing_error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.skipped:
+            out["skipped"] = [{"pod_name": s.pod_name, "link_id": s.link_id} for s in self.skipped]
+        for name in ("src_ip", "net_ns", "container_id", "plumbing_error"):
+            value = getattr(self, name)
+            if value:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    namespace: str
+    name: str
+    links: tuple[Link, ...] = ()
+    status: TopologyStatus = field(default_factory=TopologyStatus)
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def link(self, uid: int) -> Link | None:
+        for link in self.links:
+            if link.uid == uid:
+                return link
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.uid:
+            metadata["uid"] = self.uid
+        if self.resource_version:
+            metadata["resourceVersion"] = self.resource_version
+        if self.generation:
+            metadata["generation"] = self.generation
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": metadata,
+            "spec": {"links": [link.to_dict() for link in self.links]},
+            "status": self.status.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Any, default_namespace: str = "default") -> Topology:
+        if not isinstance(obj, dict):
+            raise ModelError(f"topology: expected a mapping, got {type(obj).__name__}")
+        meta = _mapping(obj.get("metadata"), "topology", "metadata")
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ModelError("topology: metadata.name: required")
+        namespace = meta.get("namespace") or default_namespace
+        if not isinstance(namespace, str):
+            raise ModelError(f"topology {name}: metadata.namespace: must be a string")
+        where = f"topology {namespace}/{name}"
+        spec = _mapping(obj.get("spec"), where, "spec")
+        raw_links = spec.get("links") or []
+        if not isinstance(raw_links, list):
+            raise ModelError(f"{where}: spec.links: expected a list")
+        links = tuple(_link(raw, f"{where}: spec.links[{i}]") for i, raw in enumerate(raw_links))
+        status = _status(_mapping(obj.get("status"), where, "status"), where)
+        generation = meta.get("generation") or 0
+        return cls(
+            namespace=namespace,
+            name=name,
+            links=links,
+            status=status,
+            uid=str(meta.get("uid") or ""),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            generation=generation if isinstance(generation, int) else 0,
+        )
+
+
+def _mapping(value: Any, where: str, name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ModelError(f"{where}: {name}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _integer(value: Any, where: str, name: str) -> int:
+    # YAML and JSON give ints; a bool is an int in Python but never a uid.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelError(f"{where}: {name}: expected an integer, got {value!r}")
+    return value
+
+
+def _string(raw: dict[str, Any], where: str, name: str) -> str:
+    value = raw.get(name, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ModelError(f"{where}: {name}: expected a string, got {value!r}")
+    return value
+
+
+def _link(raw: Any, where: str) -> Link:
+    if not isinstance(raw, dict):
+        raise ModelError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    if "uid" not in raw:
+        raise ModelError(f"{where}: uid: required")
+    return Link(
+        uid=_integer(raw["uid"], where, "uid"),
+        peer_pod=_string(raw, where, "peer_pod"),
+        local_intf=_string(raw, where, "local_intf"),
+        peer_intf=_string(raw, where, "peer_intf"),
+        local_ip=_string(raw, where, "local_ip"),
+        peer_ip=_string(raw, where, "peer_ip"),
+    )
+
+
+def _status(raw: dict[str, Any], where: str) -> TopologyStatus:
+    skipped_raw = raw.get("skipped") or []
+    if not isinstance(skipped_raw, list):
+        raise ModelError(f"{where}: status.skipped: expected a list")
+    skipped = []
+    for i, item in enumerate(skipped_raw):
+        item_where = f"{where}: status.skipped[{i}]"
+        item = _mapping(item, item_where, "entry")
+        skipped.append(
+            Skipped(
+                pod_name=_string(item, item_where, "pod_name"),
+                link_id=_integer(item.get("link_id", 0), item_where, "link_id"),
+            )
+        )
+    return TopologyStatus(
+        skipped=tuple(skipped),
+        src_ip=_string(raw, f"{where}: status", "src_ip"),
+        net_ns=_string(raw, f"{where}: status", "net_ns"),
+        container_id=_string(raw, f"{where}: status", "container_id"),
+        plumbing_error=_string(raw, f"{where}: status", "plumbing_error"),
+    )

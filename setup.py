@@ -1,0 +1,16 @@
+"""Maps the top-level folders onto the `meshwire` namespace (DESIGN.md §8).
+
+`control/` imports as `meshwire.control`, `dataplane/` as `meshwire.dataplane`
+and `proto/` as `meshwire.proto`; every subpackage found below them follows.
+"""
+
+from setuptools import find_packages, setup
+
+FOLDERS = ("control", "dataplane", "proto")
+
+packages = ["meshwire." + name for name in find_packages(include=[f"{f}*" for f in FOLDERS])]
+setup(
+    packages=packages,
+    package_dir={f"meshwire.{f}": f for f in FOLDERS},
+    package_data={"meshwire.proto": ["*.proto"]},
+)
