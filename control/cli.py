@@ -1,2 +1,53 @@
-def main() -> None:
-    print("hi")
+"""The `meshwire` command: dispatches each subcommand to the module that owns it.
+
+Every command module exposes `main(argv: list[str]) -> int`; this file only
+routes, so `meshwire <command> --help` is answered by the module itself and a
+command's dependencies are imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command words -> module (relative to meshwire.control) whose main() runs them.
+COMMANDS: dict[tuple[str, ...], str] = {
+    ("daemon",): "daemon.command",
+    ("api", "serve"): "api.command",
+    ("apply",): "apply",
+    ("cni", "install"): "cni.install",
+    ("lab",): "lab.command",
+    ("config", "defaults"): "config_command",
+}
+
+USAGE = """usage: meshwire COMMAND [ARGS]
+
+commands:
+  daemon --config FILE            the node daemon (control + dataplane workers)
+  api serve --db FILE --listen H:P
+                                  the embedded Kubernetes-style API for Topology objects
+  apply -f FILE [--server URL | --kubeconfig F]
+                                  create or update the Topology objects in a file
+  cni install --bin-dir D --conf-dir D [--config FILE]
+                                  install the CNI shim as `meshnet` and chain it
+  lab up|status|check|down|...    a whole lab on one machine
+  config defaults                 print the config file with every default
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    for words, module in sorted(COMMANDS.items(), key=lambda item: -len(item[0])):
+        if tuple(args[: len(words)]) == words:
+            entry = importlib.import_module(f"meshwire.control.{module}")
+            result: int = entry.main(args[len(words) :])
+            return result
+    stream = sys.stdout if args[:1] in (["-h"], ["--help"], []) else sys.stderr
+    if args and stream is sys.stderr:
+        print(f"meshwire: unknown command {' '.join(args[:2])!r}", file=sys.stderr)
+    print(USAGE, file=stream, end="")
+    return 0 if stream is sys.stdout else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Rows of the `links` table: the link ends this node must realise.
+
+A row is desired state only, derived by a pure function from the topologies
+table (`reconcile/derive.py`); it holds everything a link driver needs and
+nothing it has to look up. Realised state is read back from the kernel by the
+drivers, never cached here.
+
+Keys: a veth joins two pods of this node and is one row, `ns/uid`; every other
+kind is one end on this node, `ns/uid/pod`. So when a pod moves between nodes
+the key changes with the kind: the old row is deleted (its driver tears the old
+link down) and the new one inserted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class LinkKind(StrEnum):
+    VETH = "veth"
+    VXLAN = "vxlan"
+    GRPC = "grpc"
+    MACVLAN = "macvlan"
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """One end of a link: an interface `intf` in the network namespace `netns`.
+
+    `netns` is a path (`/var/run/netns/x`, `/proc/<pid>/ns/net`); it is empty
+    for an end on another node. `ip` is a CIDR (`10.0.0.1/24`, `2001:db8::1/64`)
+    or empty for an interface without an address.
+    """
+
+    pod: str
+    netns: str
+    intf: str
+    ip: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRow:
+    namespace: str
+    uid: int
+    kind: LinkKind
+    local: End
+    # veth: the other pod of this node. vxlan/grpc: the pod on the peer node.
+    # macvlan: pod "localhost", intf the host interface to attach to.
+    peer: End
+    mtu: int
+    # vxlan and grpc: the underlay address of the node the peer pod runs on.
+    peer_node_ip: str = ""
+    # vxlan: the VNI, the same on both nodes.
+    vni: int = 0
+    # grpc: this end's wire id, stable for (namespace, uid, local pod).
+    wire_id: int = 0
+
+    @property
+    def key(self) -> str:
+        if self.kind is LinkKind.VETH:
+            return f"{self.namespace}/{self.uid}"
+        return f"{self.namespace}/{self.uid}/{self.local.pod}"
+
+    def ends(self) -> tuple[End, ...]:
+        """The ends this node realises: both for a veth, the local one otherwise."""
+        if self.kind is LinkKind.VETH:
+            return (self.local, self.peer)
+        return (self.local,)
