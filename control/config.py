@@ -1,0 +1,344 @@
+"""The daemon's configuration: one model, one file, every default with its reason.
+
+Precedence, lowest first: the defaults here, the YAML file (`--config`), the
+`MESHWIRE_*` environment (`MESHWIRE_NODE_NAME`, `MESHWIRE_API__URL` for the
+nested `api.url`), then `--set key=value` flags. An unknown key or a bad value
+is rejected at start with a `ConfigError` naming the key, before anything is
+touched.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "MESHWIRE_"
+ENV_NESTING = "__"
+
+
+class ConfigError(ValueError):
+    """A config key is unknown or its value is invalid; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _host_port(value: str, key: str) -> str:
+    _, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{key} must be HOST:PORT, got {value!r}")
+    return value
+
+
+class ApiConfig(_Section):
+    url: str = Field(
+        default="",
+        description="API server URL: the embedded API (`meshwire api serve`) or any "
+        "Kubernetes API server. Empty: use `api.kubeconfig`.",
+    )
+    kubeconfig: str = Field(
+        default="",
+        description="kubeconfig file used when `api.url` is empty. Empty too: the "
+        "in-cluster service account, as in a DaemonSet.",
+    )
+    namespace: str = Field(
+        default="",
+        description="Watch Topology objects in this namespace only. Empty: all "
+        "namespaces, as meshnet does.",
+    )
+    request_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Client read timeout (s) for every API call, so a half-open "
+        "connection cannot hang the informer.",
+    )
+    watch_timeout: int = Field(
+        default=300,
+        gt=0,
+        description="Server-side watch timeout (s); the informer re-watches from "
+        "the last resourceVersion when it ends.",
+    )
+
+
+class CniConfig(_Section):
+    socket: str = Field(
+        default="/run/meshwire/cni.sock",
+        description="Unix socket (0600, root) the CNI shim talks to.",
+    )
+    add_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long (s) a CNI ADD waits for the pod's local interfaces "
+        "before it fails with 'try again later'; KNE's meshnet waits similarly.",
+    )
+
+
+class PeerConfig(_Section):
+    listen: str = Field(
+        default="0.0.0.0:51111",
+        description="gRPC listen address of the peer service (wire handshakes); "
+        "meshnet's port.",
+    )
+    rpc_timeout: float = Field(
+        default=5.0, gt=0, description="Per-RPC timeout (s) of peer handshakes (KNE #743)."
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        return _host_port(value, "peer.listen")
+
+
+class DataplaneConfig(_Section):
+    port_base: int = Field(
+        default=51112,
+        ge=1,
+        le=65000,
+        description="Worker k serves the frame stream on port_base + k.",
+    )
+    offloads: bool = Field(
+        default=True,
+        description="Open TAPs with IFF_VNET_HDR and TSO/checksum offloads: one "
+        "read carries up to 64 KiB of TCP instead of one MTU.",
+    )
+    batch_frames: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="Frames per gRPC message at most; 1 is KNE's one-frame-per-message design.",
+    )
+
+
+class MetricsConfig(_Section):
+    listen: str = Field(
+        default="0.0.0.0:51100",
+        description="Serves /metrics (Prometheus), /healthz and /readyz.",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        return _host_port(value, "metrics.listen")
+
+
+class ReconcileConfig(_Section):
+    debounce: float = Field(
+        default=0.05,
+        ge=0,
+        description="Window (s) that coalesces a burst of pod changes into one pass.",
+    )
+    full_interval: float = Field(
+        default=60.0,
+        gt=0,
+        description="Every this many seconds each local link is re-verified against "
+        "the kernel and repaired: the safety net for missed events.",
+    )
+    backoff_min: float = Field(
+        default=0.1, gt=0, description="First retry delay (s) of a failed link."
+    )
+    backoff_max: float = Field(
+        default=60.0, gt=0, description="Retry delays double up to this cap (s)."
+    )
+    status_rate: float = Field(
+        default=20.0,
+        gt=0,
+        description="Topology status writes per second at most (coalesced per pod).",
+    )
+
+
+class VxlanConfig(_Section):
+    port: int = Field(default=4789, ge=1, le=65535, description="VXLAN UDP port (IANA).")
+    vni_base: int = Field(
+        default=5000,
+        ge=1,
+        le=(1 << 24) - 1,
+        description="Lowest VNI meshwire derives; meshnet's base, so its VNIs match.",
+    )
+
+
+class LogConfig(_Section):
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Log level."
+    )
+    format: Literal["json", "text"] = Field(
+        default="json", description="Structured JSON lines, or text for a terminal."
+    )
+
+
+class Config(_Section):
+    node_name: str = Field(
+        default_factory=socket.gethostname,
+        description="This node's name (default: the host name); the DaemonSet sets "
+        "it from spec.nodeName.",
+    )
+    node_ip: str = Field(
+        default="",
+        description="This node's address: pods whose Topology status.src_ip equals "
+        "it are local, and peers reach this node's links on it. Required.",
+    )
+    inter_node_link_type: Literal["vxlan", "grpc"] = Field(
+        default="vxlan",
+        description="How links between pods on different nodes are built: kernel "
+        "VXLAN, or the userspace gRPC wire.",
+    )
+    mtu: int = Field(
+        default=1500,
+        ge=68,
+        le=65535,
+        description="MTU of every link meshwire creates (meshnet #54); 9000 for jumbo.",
+    )
+    workers: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="Dataplane worker processes for gRPC wires; 0: one per core.",
+    )
+    api: ApiConfig = ApiConfig()
+    cni: CniConfig = CniConfig()
+    peer: PeerConfig = PeerConfig()
+    dataplane: DataplaneConfig = DataplaneConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    reconcile: ReconcileConfig = ReconcileConfig()
+    vxlan: VxlanConfig = VxlanConfig()
+    log: LogConfig = LogConfig()
+
+    @field_validator("node_name")
+    @classmethod
+    def _node_name(cls, value: str) -> str:
+        return value or socket.gethostname()
+
+    @field_validator("node_ip")
+    @classmethod
+    def _node_ip(cls, value: str) -> str:
+        if value:
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise ValueError(f"node_ip must be an IP address, got {value!r}") from None
+        return value
+
+    @property
+    def worker_count(self) -> int:
+        return self.workers or (os.cpu_count() or 1)
+
+
+def load_config(
+    path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Config:
+    """Build the config from the file, the environment and `key=value` overrides.
+
+    Raises ConfigError naming the key for an unknown key, a bad value, a file
+    that is not a YAML mapping, or a missing file.
+    """
+    data: dict[str, Any] = {}
+    if path:
+        data = _read_file(Path(path))
+    for key, value in _from_env(os.environ if env is None else env).items():
+        _set_dotted(data, key, value)
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+    if not config.node_ip:
+        raise ConfigError("node_ip: required (this node's address, e.g. 10.0.0.5)")
+    return config
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """`["api.url=http://x", ...]` -> `{"api.url": "http://x"}`; names a malformed pair."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping of keys")
+    return data
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX) :].lower().replace(ENV_NESTING, ".")
+            out[key] = value
+    return out
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{dotted}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _describe(exc: ValidationError, path: str | Path | None) -> str:
+    where = f"config file {path}: " if path else "config: "
+    lines = []
+    for error in exc.errors():
+        key = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key")
+        else:
+            if error["type"] == "value_error":
+                lines.append(f"{key}: {error['msg'].removeprefix('Value error, ')}")
+            else:
+                lines.append(f"{key}: {error['msg']} (got {error.get('input')!r})")
+    return where + "; ".join(lines)
+
+
+def defaults_yaml() -> str:
+    """The full config file with every key, its default and its meaning, as comments."""
+    lines = [
+        "# meshwire daemon configuration. Every key with its default.",
+        "# Override any key with MESHWIRE_<KEY> (nested: MESHWIRE_API__URL) or --set key=value.",
+    ]
+    _emit(Config.model_fields, Config(node_ip="192.0.2.1"), lines, indent="")
+    return "\n".join(lines) + "\n"
+
+
+def _emit(fields: Mapping[str, Any], instance: BaseModel, lines: list[str], indent: str) -> None:
+    for name, info in fields.items():
+        value = getattr(instance, name)
+        if isinstance(value, BaseModel):
+            lines.append("")
+            lines.append(f"{indent}{name}:")
+            _emit(type(value).model_fields, value, lines, indent + "  ")
+            continue
+        if name in ("node_name", "node_ip"):
+            value = ""  # machine-specific: printed empty, not this machine's value
+        if info.description:
+            lines.append(f"{indent}# {info.description}")
+        lines.append(f"{indent}{name}: {json.dumps(value)}")
