@@ -1,0 +1,101 @@
+"""The one retry policy: per-key exponential backoff, and the token bucket that caps a rate.
+
+Both are pure: they hold counters, never sleep, and take the time as an argument
+where they need it, so they are tested without a clock.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+# Retry a failed key after 100 ms, doubling to at most 60 s: a transient failure
+# (a peer pod not yet up, an API hiccup) is retried before anyone notices, and a
+# key that keeps failing costs one attempt a minute, which the 60 s full
+# reconcile would do anyway.
+DEFAULT_BACKOFF_BASE = 0.1
+DEFAULT_BACKOFF_CAP = 60.0
+
+
+class RateLimiter(Protocol):
+    """Per-key retry delays, in the client-go `TypedRateLimiter` shape."""
+
+    def when(self, key: str) -> float:
+        """The delay before the key's next retry, in seconds; counts the retry."""
+        ...
+
+    def forget(self, key: str) -> None:
+        """Stop tracking the key (it succeeded): its next failure starts from the base."""
+        ...
+
+    def num_requeues(self, key: str) -> int:
+        """How many retries `when` has counted since the key was last forgotten."""
+        ...
+
+
+class ExponentialBackoff:
+    """`base * 2**n` seconds for the key's n-th retry (from 0), capped at `cap`.
+
+    No jitter: delays are per key and keys fail at different moments, and a
+    deterministic delay is what the tests and the operator's logs can check.
+    Raises ValueError for a base that is not positive or a cap below the base.
+    """
+
+    def __init__(
+        self, base: float = DEFAULT_BACKOFF_BASE, cap: float = DEFAULT_BACKOFF_CAP
+    ) -> None:
+        if base <= 0:
+            raise ValueError(f"backoff base: must be > 0 seconds, got {base}")
+        if cap < base:
+            raise ValueError(f"backoff cap: must be >= base ({base} s), got {cap}")
+        self.base = base
+        self.cap = cap
+        # key -> retries counted since the key was last forgotten; a key absent
+        # here has never failed or has been forgotten.
+        self._failures: dict[str, int] = {}
+
+    def when(self, key: str) -> float:
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        # Past 2**1023 a float overflows; any n that far out is at the cap anyway.
+        if n >= 1023:
+            return self.cap
+        return min(self.base * 2.0**n, self.cap)
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def num_requeues(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+
+class TokenBucket:
+    """At most `burst` events at once and `rate` per second on average.
+
+    `reserve(now)` takes a token and returns how long the caller must wait
+    before acting on it (0.0 if a token was there). Reservations queue up: the
+    tenth caller in a row after an empty bucket is told to wait ten tokens'
+    worth, so concurrent callers that each wait their answer stay within rate.
+    `now` must not go backwards. Raises ValueError for a rate or burst that is
+    not positive.
+    """
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate: must be > 0 per second, got {rate}")
+        if burst < 1:
+            raise ValueError(f"burst: must be >= 1, got {burst}")
+        self.rate = rate
+        self.burst = burst
+        # Tokens available at `_stamp`; negative when reservations ran ahead of
+        # the refill. Invariant: _tokens <= burst.
+        self._tokens = float(burst)
+        self._stamp = now
+
+    def reserve(self, now: float) -> float:
+        elapsed = max(now - self._stamp, 0.0)
+        self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate)
+        self._stamp = max(now, self._stamp)
+        self._tokens -= 1.0
+        if self._tokens >= 0:
+            return 0.0
+        return -self._tokens / self.rate
