@@ -20,6 +20,4 @@ test: setup
 	.venv/bin/python -m pytest -q
 
 lint: setup
-	.venv/bin/ruff check .
-	.venv/bin/ruff format --check .
-	.venv/bin/mypy control dataplane tests bench
+	bash scripts/lint.sh

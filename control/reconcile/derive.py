@@ -1,0 +1,108 @@
+"""Desired links of a pod, derived from the topologies table: a pure function.
+
+Same topologies in, same rows out, on every node. A pod is local when its
+Topology `status.src_ip` is this node's address and `status.net_ns` is set
+(the CNI ADD recorded it). For each valid link of a local pod:
+
+- peer `localhost`: a macvlan row on the host interface `peer_intf`;
+- peer not running yet (no Topology, or no `src_ip`/`net_ns`): no row; the
+  link is built when the peer's change re-derives this pod (it is a dependent);
+- peer on this node: one veth row for the pair, the same whichever of the two
+  pods is derived (no "lazy half");
+- peer on another node: a vxlan or grpc row, as `inter_node_link_type` says.
+
+Links that fail validation, or whose two ends disagree, get no row and a
+problem naming the object, link and field; the pod's other links still work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from meshwire.control.model.topology import Topology
+from meshwire.control.model.validate import check_pair, validate_topology
+from meshwire.control.reconcile.ids import IdError, vni, wire_id
+from meshwire.control.tables.links import End, LinkKind, LinkRow
+from meshwire.control.tables.topologies import TopologyTable
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What derivation needs to know about this node and its daemon's config."""
+
+    node_ip: str
+    inter_node_link_type: Literal["vxlan", "grpc"] = "vxlan"
+    mtu: int = 1500
+    vni_base: int = 5000
+
+
+@dataclass(slots=True)
+class Derived:
+    """Rows for the derived pods, keyed by row key, and problems per pod key."""
+
+    rows: dict[str, LinkRow] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+
+
+def is_local(topology: Topology, node: NodeView) -> bool:
+    return topology.status.src_ip == node.node_ip and bool(topology.status.net_ns)
+
+
+def _running(topology: Topology | None) -> bool:
+    return topology is not None and bool(topology.status.src_ip) and bool(topology.status.net_ns)
+
+
+def derive_pods(table: TopologyTable, pod_keys: set[str], node: NodeView) -> Derived:
+    """Rows and problems of every local pod among `pod_keys` (others yield nothing)."""
+    out = Derived()
+    for key in sorted(pod_keys):
+        topology = table.get(key)
+        if topology is None or not is_local(topology, node):
+            continue
+        problems = out.problems.setdefault(key, [])
+        validated = validate_topology(topology)
+        problems.extend(str(p) for p in validated.problems)
+        for link in validated.links:
+            row = _row(table, topology, link.uid, node, problems)
+            if row is not None:
+                out.rows[row.key] = row
+        if not problems:
+            del out.problems[key]
+    return out
+
+
+def _row(
+    table: TopologyTable, topology: Topology, uid: int, node: NodeView, problems: list[str]
+) -> LinkRow | None:
+    link = topology.link(uid)
+    assert link is not None  # validate_topology only returns links of this topology
+    local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip)
+
+    def row(kind: LinkKind, a: End, b: End, peer_node_ip: str = "", **ids: int) -> LinkRow:
+        return LinkRow(topology.namespace, uid, kind, a, b, node.mtu, peer_node_ip, **ids)
+
+    if link.to_host:
+        return row(LinkKind.MACVLAN, local, End(link.peer_pod, "", link.peer_intf))
+    peer_topology = table.get(f"{topology.namespace}/{link.peer_pod}")
+    problem = check_pair(topology, link, peer_topology)
+    if problem is not None:
+        problems.append(str(problem))
+        return None
+    if peer_topology is None or not _running(peer_topology):
+        return None
+    peer_status = peer_topology.status
+    if peer_status.src_ip == node.node_ip:
+        peer = End(peer_topology.name, peer_status.net_ns, link.peer_intf, link.peer_ip)
+        first, second = sorted((local, peer), key=lambda end: (end.pod, end.intf))
+        return row(LinkKind.VETH, first, second)
+    remote = End(peer_topology.name, "", link.peer_intf, link.peer_ip)
+    try:
+        if node.inter_node_link_type == "vxlan":
+            vxlan_id = vni(topology.namespace, uid, node.vni_base)
+            return row(LinkKind.VXLAN, local, remote, peer_status.src_ip, vni=vxlan_id)
+        wire = wire_id(topology.namespace, uid, topology.name, peer_topology.name)
+        return row(LinkKind.GRPC, local, remote, peer_status.src_ip, wire_id=wire)
+    except IdError as exc:
+        problems.append(f"topology {topology.key}: link uid {uid}: uid: {exc}")
+        return None

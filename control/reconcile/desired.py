@@ -1,0 +1,87 @@
+"""Keeps the `links` table equal to what the topologies ask of this node.
+
+A change to pod X's Topology re-derives X and the pods that link to X (the
+peer index), and nothing else: in a cluster of thousands of pods, a pod's
+restart costs work in proportion to its own links. A full re-derivation of
+every local pod runs on each full pass as the safety net.
+
+Rows are written only when they differ, so the link reconciler sees a change
+exactly when a link's desired state changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from meshwire.control.reconcile.derive import NodeView, derive_pods
+from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.table import Table
+from meshwire.control.tables.topologies import TopologyTable
+
+log = logging.getLogger(__name__)
+
+POD_INDEX = "pod"
+
+
+def _pods_of(row: LinkRow) -> Iterable[str]:
+    return {f"{row.namespace}/{end.pod}" for end in row.ends()}
+
+
+def new_links_table() -> Table[LinkRow]:
+    """The links table, indexed by the local pods (`ns/pod`) each row touches."""
+    return Table("links", indexes={POD_INDEX: _pods_of})
+
+
+class DesiredLinks:
+    def __init__(self, topologies: TopologyTable, links: Table[LinkRow], node: NodeView) -> None:
+        self.topologies = topologies
+        self.links = links
+        self.node = node
+        # Pod key -> the problems of its links that derivation found (invalid
+        # links, ends that disagree). Only pods with problems are present.
+        self.problems: dict[str, list[str]] = {}
+        self._tracker = topologies.track()
+
+    def pending(self) -> bool:
+        return self.topologies.revision > self._tracker.revision
+
+    async def wait(self) -> None:
+        await self._tracker.wait()
+
+    def step(self) -> set[str]:
+        """Apply every topology change since the last step; returns the pods re-derived."""
+        changed = {change.key for change in self._tracker.next()}
+        affected = set(changed)
+        for key in changed:
+            affected |= self.topologies.dependents(key)
+        if affected:
+            self.rederive(affected)
+        return affected
+
+    def rederive_all(self) -> None:
+        """Re-derive every pod this node has rows for or that claims this node."""
+        pods = set(self.topologies.on_node(self.node.node_ip))
+        for row in self.links.values():
+            pods |= set(_pods_of(row))
+        self.rederive(pods)
+
+    def rederive(self, pods: set[str]) -> None:
+        derived = derive_pods(self.topologies, pods, self.node)
+        stale: set[str] = set()
+        for pod in pods:
+            stale |= self.links.lookup(POD_INDEX, pod)
+            problems = derived.problems.get(pod)
+            if problems:
+                self.problems[pod] = problems
+            else:
+                self.problems.pop(pod, None)
+        for key, row in derived.rows.items():
+            if self.links.get(key) != row:
+                self.links.upsert(key, row)
+        for key in stale - derived.rows.keys():
+            log.debug("link %s no longer wanted", key)
+            self.links.delete(key)
+
+    def close(self) -> None:
+        self._tracker.close()

@@ -1,0 +1,155 @@
+"""Which links a node must build, derived from the topologies alone."""
+
+from __future__ import annotations
+
+from derive_helpers import NODE_A, NODE_B, pair, pod
+
+from meshwire.control.model.topology import Link
+from meshwire.control.reconcile.derive import NodeView, derive_pods
+from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
+from meshwire.control.reconcile.ids import vni, wire_id
+from meshwire.control.tables.links import LinkKind
+from meshwire.control.tables.topologies import TopologyTable
+
+ON_A = NodeView(node_ip=NODE_A)
+
+
+def two_pods(node_r1: str, node_r2: str) -> TopologyTable:
+    table = TopologyTable()
+    r1, r2 = pair(1, "r1", "r2", "eth1", "eth2")
+    table.upsert(pod("r1", r1, node=node_r1))
+    table.upsert(pod("r2", r2, node=node_r2))
+    return table
+
+
+def test_two_pods_on_this_node_get_one_veth_whichever_pod_is_derived() -> None:
+    table = two_pods(NODE_A, NODE_A)
+    from_r1 = derive_pods(table, {"default/r1"}, ON_A).rows
+    from_r2 = derive_pods(table, {"default/r2"}, ON_A).rows
+    assert from_r1 == from_r2
+    (row,) = from_r1.values()
+    assert row.kind is LinkKind.VETH
+    assert row.key == "default/1"
+    assert {(e.pod, e.intf, e.netns) for e in row.ends()} == {
+        ("r1", "eth1", "/var/run/netns/r1"),
+        ("r2", "eth2", "/var/run/netns/r2"),
+    }
+
+
+def test_a_peer_on_another_node_gives_a_vxlan_end_with_the_same_vni_on_both_nodes() -> None:
+    table = two_pods(NODE_A, NODE_B)
+    (on_a,) = derive_pods(table, {"default/r1"}, ON_A).rows.values()
+    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B)).rows.values()
+    assert on_a.kind is on_b.kind is LinkKind.VXLAN
+    assert on_a.peer_node_ip == NODE_B and on_b.peer_node_ip == NODE_A
+    assert on_a.vni == on_b.vni == vni("default", 1, 5000)
+    assert (on_a.local.pod, on_a.local.intf) == ("r1", "eth1")
+
+
+def test_grpc_ends_get_distinct_stable_wire_ids() -> None:
+    table = two_pods(NODE_A, NODE_B)
+    view_a = NodeView(node_ip=NODE_A, inter_node_link_type="grpc")
+    view_b = NodeView(node_ip=NODE_B, inter_node_link_type="grpc")
+    (on_a,) = derive_pods(table, {"default/r1"}, view_a).rows.values()
+    (on_b,) = derive_pods(table, {"default/r2"}, view_b).rows.values()
+    assert on_a.kind is LinkKind.GRPC
+    assert on_a.wire_id != on_b.wire_id
+    assert on_a.wire_id == wire_id("default", 1, "r1", "r2")
+    assert derive_pods(table, {"default/r1"}, view_a).rows == {on_a.key: on_a}
+
+
+def test_a_pod_of_another_node_or_not_started_yields_nothing() -> None:
+    table = two_pods(NODE_B, "")
+    derived = derive_pods(table, {"default/r1", "default/r2"}, ON_A)
+    assert derived.rows == {} and derived.problems == {}
+
+
+def test_a_link_to_a_peer_that_is_not_running_waits_without_a_problem() -> None:
+    table = two_pods(NODE_A, "")
+    derived = derive_pods(table, {"default/r1"}, ON_A)
+    assert derived.rows == {} and derived.problems == {}
+
+
+def test_localhost_gives_a_macvlan_on_the_host_interface() -> None:
+    table = TopologyTable()
+    host_link = Link(uid=2, peer_pod="localhost", local_intf="eth2", peer_intf="eth0")
+    table.upsert(pod("r2", host_link, node=NODE_A))
+    (row,) = derive_pods(table, {"default/r2"}, ON_A).rows.values()
+    assert row.kind is LinkKind.MACVLAN
+    assert row.peer.intf == "eth0" and row.local.intf == "eth2"
+
+
+def test_ends_that_disagree_give_no_row_and_a_problem_naming_the_field() -> None:
+    table = TopologyTable()
+    r1, _ = pair(1, "r1", "r2")
+    wrong = Link(uid=1, peer_pod="r1", local_intf="eth7", peer_intf="eth1")
+    table.upsert(pod("r1", r1, node=NODE_A))
+    table.upsert(pod("r2", wrong, node=NODE_A))
+    derived = derive_pods(table, {"default/r1", "default/r2"}, ON_A)
+    assert derived.rows == {}
+    assert "default/r1" in derived.problems
+    assert "uid 1" in derived.problems["default/r1"][0]
+
+
+def test_a_bad_link_is_skipped_and_the_pods_other_links_still_work() -> None:
+    table = TopologyTable()
+    good, back = pair(1, "r1", "r2")
+    bad = Link(uid=2, peer_pod="r2", local_intf="bad/name", peer_intf="eth2")
+    table.upsert(pod("r1", good, bad, node=NODE_A))
+    table.upsert(pod("r2", back, node=NODE_A))
+    derived = derive_pods(table, {"default/r1"}, ON_A)
+    assert list(derived.rows) == ["default/1"]
+    assert "local_intf" in derived.problems["default/r1"][0]
+
+
+class TestDesiredLinks:
+    """The links table follows topology changes, touching only the pods involved."""
+
+    def setup_method(self) -> None:
+        self.topologies = TopologyTable()
+        self.links = new_links_table()
+        self.desired = DesiredLinks(self.topologies, self.links, ON_A)
+        self.r1, self.r2 = pair(1, "r1", "r2")
+        self.topologies.upsert(pod("r1", self.r1, node=NODE_A))
+        self.topologies.upsert(pod("r2", self.r2, node=NODE_A))
+        self.desired.step()
+
+    def test_peer_pod_restarts_in_a_new_netns(self) -> None:
+        self.topologies.upsert(pod("r2", self.r2, node=NODE_A, netns="/var/run/netns/r2-new"))
+        self.desired.step()
+        row = self.links.get("default/1")
+        assert row is not None
+        assert "/var/run/netns/r2-new" in {e.netns for e in row.ends()}
+
+    def test_pod_moves_to_another_node_and_the_link_changes_kind(self) -> None:
+        self.topologies.upsert(pod("r2", self.r2, node=NODE_B))
+        self.desired.step()
+        assert self.links.get("default/1") is None
+        row = self.links.get("default/1/r1")
+        assert row is not None and row.kind is LinkKind.VXLAN
+
+    def test_link_removed_from_a_running_topology_goes_and_is_reported(self) -> None:
+        self.topologies.upsert(pod("r1", node=NODE_A))
+        self.desired.step()
+        assert len(self.links) == 0
+        assert "default/r2" in self.desired.problems
+
+    def test_link_added_to_a_running_topology_is_created(self) -> None:
+        a, b = pair(2, "r1", "r2", "eth2", "eth2")
+        self.topologies.upsert(pod("r1", self.r1, a, node=NODE_A))
+        self.topologies.upsert(pod("r2", self.r2, b, node=NODE_A))
+        self.desired.step()
+        assert set(self.links.keys()) == {"default/1", "default/2"}
+
+    def test_an_unrelated_pod_change_touches_nothing_else(self) -> None:
+        x, y = pair(5, "x1", "x2")
+        self.topologies.upsert(pod("x1", x, node=NODE_B))
+        self.topologies.upsert(pod("x2", y, node=NODE_B))
+        revision = self.links.revision
+        assert self.desired.step() == {"default/x1", "default/x2"}
+        assert self.links.revision == revision
+
+    def test_a_pod_deleted_takes_its_links(self) -> None:
+        self.topologies.delete("default/r1")
+        self.desired.step()
+        assert len(self.links) == 0
