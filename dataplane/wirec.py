@@ -1,0 +1,110 @@
+"""Python face of the C batching codec (`cext/wirec.c`, built by scripts/build.d/30-dataplane.sh).
+
+`WireTable` is a worker's wire id -> TAP table; `BatchReader` packs one sender's
+TAPs into batches. Both call into C once per batch, never per frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from meshwire.dataplane._wirec import ffi, lib
+from meshwire.dataplane.codec import MAX_FRAME, MalformedBatch
+from meshwire.dataplane.counters import Counters
+
+# Wire ids the control plane derives (control/reconcile/ids.py): 2^10 namespace
+# slots x 2^14 uids x 2 ends. Only the 1024-id pages in use are allocated.
+ID_LIMIT = 1 << 25
+
+
+class WireTableError(ValueError):
+    """A wire the table cannot hold (id out of range, bad fd, no memory)."""
+
+
+class WireTable:
+    """Wire id -> (TAP fd, namespace tag, peer wire id, counters); the fds stay the caller's."""
+
+    def __init__(self, id_limit: int = ID_LIMIT) -> None:
+        self._table: Any = ffi.gc(lib.mw_table_new(id_limit), lib.mw_table_free)
+        if self._table == ffi.NULL:
+            raise MemoryError("wire table: cannot allocate the id index")
+        self.id_limit = id_limit
+        self._counters: Any = ffi.new("mw_counters *")
+
+    def set(self, wire_id: int, fd: int, tag: int, peer_id: int) -> None:
+        """Adds or re-points a wire (keeping its counters); raises WireTableError."""
+        result = lib.mw_table_set(self._table, wire_id, fd, tag, peer_id)
+        if result == -1:
+            raise WireTableError(f"wire {wire_id}: id must be below {self.id_limit}, fd {fd} >= 0")
+        if result != 0:
+            raise WireTableError(f"wire {wire_id}: out of memory for its table page")
+
+    def clear(self, wire_id: int) -> bool:
+        """Forgets the wire and its counters; False if there was none."""
+        return bool(lib.mw_table_clear(self._table, wire_id) == 0)
+
+    def counters(self, wire_id: int) -> Counters | None:
+        if lib.mw_table_counters(self._table, wire_id, self._counters) != 0:
+            return None
+        c = self._counters
+        return Counters(c.tx_frames, c.tx_bytes, c.tx_drops, c.rx_frames, c.rx_bytes, c.rx_drops)
+
+    @property
+    def unknown(self) -> int:
+        """Frames received for a wire id this table lacks or holds for another namespace."""
+        return int(lib.mw_table_unknown(self._table))
+
+    def write_batch(self, tag: int, batch: bytes) -> int:
+        """Delivers a batch to the TAPs; returns frames delivered, raises MalformedBatch."""
+        result = int(lib.mw_batch_write(self._table, tag, ffi.from_buffer(batch), len(batch)))
+        if result < 0:
+            raise MalformedBatch(-result - 1, len(batch))
+        return result
+
+    @property
+    def handle(self) -> Any:
+        return self._table
+
+
+def check(batch: bytes) -> int:
+    """The frame count of a well-formed batch; raises MalformedBatch."""
+    result = int(lib.mw_batch_check(ffi.from_buffer(batch), len(batch)))
+    if result < 0:
+        raise MalformedBatch(-result - 1, len(batch))
+    return result
+
+
+class BatchReader:
+    """Reads a set of wires' TAPs into batches with one buffer allocated up front.
+
+    `capacity` must leave room for at least one `max_frame` read plus its header,
+    or `read` returns nothing.
+    """
+
+    def __init__(
+        self, table: WireTable, capacity: int, max_frames: int, max_frame: int = MAX_FRAME
+    ) -> None:
+        self._table = table
+        self._buf: Any = ffi.new("uint8_t[]", capacity)
+        self._ids: Any = ffi.new("uint32_t[]", 0)
+        self._reader: Any = ffi.new("mw_reader *")
+        r = self._reader
+        r.buf = self._buf
+        r.cap = capacity
+        r.max_frame = min(max_frame, MAX_FRAME)
+        r.max_frames = max_frames
+        r.ids = self._ids
+        r.n_ids = 0
+
+    def set_wires(self, wire_ids: Sequence[int]) -> None:
+        """The local wire ids to read from (their peer ids head the frames)."""
+        self._ids = ffi.new("uint32_t[]", list(wire_ids))
+        self._reader.ids = self._ids
+        self._reader.n_ids = len(wire_ids)
+
+    def read(self) -> tuple[bytes, int, bool]:
+        """(batch, frames in it, drained): drained means every TAP had nothing left."""
+        r = self._reader
+        lib.mw_batch_read(self._table.handle, r)
+        return ffi.buffer(self._buf, r.bytes)[:], int(r.frames), bool(r.drained)
