@@ -1,0 +1,59 @@
+"""The official `kubernetes.aio` API client, built from meshwire's `api.*` config keys.
+
+Shared by the informer and the status writer so both talk to the same server
+the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kubernetes.aio import config as kube_config
+from kubernetes.aio.client import ApiClient, Configuration
+
+
+class ApiConfigError(ValueError):
+    """The `api.*` keys lead to no usable API server; the message names the key."""
+
+
+async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
+    """An `ApiClient` for `url`, else for the kubeconfig at `kubeconfig`, else in-cluster.
+
+    `url` (config `api.url`) is a plain http(s) URL such as the embedded API's;
+    no credentials are sent, and nothing is contacted yet. `kubeconfig` (config
+    `api.kubeconfig`) is loaded with its current context and never written
+    back (token refreshes stay in memory). `url` wins when both are set, as the
+    config keys document; with both empty the pod's service account is used.
+    A missing or unreadable kubeconfig, or no service account outside a pod,
+    raises `ApiConfigError`. The caller closes the client (`await client.close()`).
+    """
+    if url:
+        return ApiClient(Configuration(host=url.rstrip("/")))
+    configuration = Configuration()
+    if kubeconfig:
+        _require_file(kubeconfig)
+        try:
+            await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration, persist_config=False
+            )
+        except kube_config.ConfigException as err:
+            raise ApiConfigError(f"api.kubeconfig: {kubeconfig!r}: {err}") from err
+    else:
+        try:
+            kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        except kube_config.ConfigException as err:
+            raise ApiConfigError(
+                f"api.url and api.kubeconfig are both empty, and the in-cluster "
+                f"service account is unusable: {err}"
+            ) from err
+    return ApiClient(configuration)
+
+
+def _require_file(path: str) -> None:
+    # The kube loader reports a missing file as "Expected key current-context",
+    # which sends people looking in the wrong place. A local stat, like the
+    # loader's own read, does not need a thread.
+    if not os.path.isfile(path):
+        raise ApiConfigError(f"api.kubeconfig: {path!r}: no such file")

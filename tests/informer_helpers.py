@@ -1,0 +1,150 @@
+"""Shared pieces of the informer tests: objects, a recording sink, a running informer.
+
+`RecordingSink` wraps the real `Table` and keeps the log of writes the
+informer made (`upsert ns/name`, `delete ns/name`): tests assert that log, as
+statedb's scripts assert the log of operations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from kubernetes.aio.client import ApiClient, CustomObjectsApi
+
+from meshwire.control.informer.backoff import BackoffPolicy
+from meshwire.control.informer.informer import Informer, InformerOptions
+from meshwire.control.informer.sink import TableSink
+from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, Topology
+from meshwire.control.tables.table import Table
+
+# Generous: a bounded wait for a condition, never a timing assertion.
+WAIT = 15.0
+
+# Fast reconnects so a test spends no time in backoff; short server timeouts
+# so the half-open test's client timeout (watch + request timeout) is seconds.
+FAST = InformerOptions(
+    page_size=2,
+    request_timeout=2.0,
+    watch_timeout=2,
+    backoff=BackoffPolicy(initial=0.05, maximum=0.2, reset_after=60.0),
+)
+
+
+def topology(
+    name: str, *peers: str, namespace: str = "default", src_ip: str = ""
+) -> dict[str, Any]:
+    """A Topology object as a user would apply it: one link per peer, eth1.. in order."""
+    links = [
+        {"uid": i + 1, "peer_pod": peer, "local_intf": f"eth{i + 1}", "peer_intf": f"eth{i + 1}"}
+        for i, peer in enumerate(peers)
+    ]
+    obj: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"links": links},
+    }
+    if src_ip:
+        obj["status"] = {"src_ip": src_ip}
+    return obj
+
+
+class RecordingSink(TableSink):
+    """A `TableSink` that also logs each write the informer makes."""
+
+    def __init__(self) -> None:
+        super().__init__(Table[Topology]("topologies"))
+        self.log: list[str] = []
+
+    def upsert(self, topology: Topology) -> int:
+        self.log.append(f"upsert {topology.key}")
+        return super().upsert(topology)
+
+    def delete(self, key: str) -> Topology | None:
+        self.log.append(f"delete {key}")
+        return super().delete(key)
+
+    def take_log(self) -> list[str]:
+        out, self.log = self.log, []
+        return out
+
+    def state(self) -> dict[str, dict[str, Any]]:
+        """Every row as `{key: object dict}`, comparable with `server_state`."""
+        return {key: _comparable(topo.to_dict()) for key, topo in _rows(self.table)}
+
+
+def _rows(table: Table[Topology]) -> list[tuple[str, Topology]]:
+    return [(row.key, row.obj) for row in table.rows()]
+
+
+def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the informer keeps of an object: name, namespace, resourceVersion, spec, status."""
+    meta = obj.get("metadata") or {}
+    return {
+        "namespace": meta.get("namespace", "default"),
+        "name": meta.get("name"),
+        "resourceVersion": str(meta.get("resourceVersion") or ""),
+        "spec": Topology.from_dict(obj).to_dict()["spec"],
+        "status": Topology.from_dict(obj).to_dict()["status"],
+    }
+
+
+async def server_state(api: ApiClient) -> dict[str, dict[str, Any]]:
+    """Every Topology the server holds, in `RecordingSink.state()`'s shape."""
+    page = await CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    out = {}
+    for item in page["items"]:
+        view = _comparable(item)
+        out[f"{view['namespace']}/{view['name']}"] = view
+    return out
+
+
+async def wait_until(
+    condition: Callable[[], bool] | Callable[[], Awaitable[bool]], what: str
+) -> None:
+    """Poll `condition` until true; fail naming `what` after `WAIT` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {WAIT}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_converged(sink: RecordingSink, api: ApiClient) -> None:
+    """Wait until the table holds exactly what the server holds."""
+    last: dict[str, Any] = {}
+
+    async def equal() -> bool:
+        nonlocal last
+        last = await server_state(api)
+        return sink.state() == last
+
+    try:
+        await wait_until(equal, "the table to equal the server's state")
+    except AssertionError:
+        assert sink.state() == last
+        raise
+
+
+@contextlib.asynccontextmanager
+async def running(
+    api: ApiClient, sink: RecordingSink, options: InformerOptions = FAST
+) -> AsyncIterator[Informer]:
+    """An informer running in a task; cancelled (and awaited) on exit, even on failure."""
+    informer = Informer(api, sink, options)
+    task = asyncio.create_task(informer.run())
+    try:
+        yield informer
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
