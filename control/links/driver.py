@@ -1,0 +1,136 @@
+"""The contract between the reconciler and the kernel: `LinkDriver`, and `Drivers`.
+
+Every method is synchronous and blocking (netlink through pyroute2, which must
+not run on the uvloop event loop); the reconciler calls them from worker
+threads, at most one call per row key at a time. Nothing is cached between
+calls: each call reads the kernel and acts on what it finds.
+
+Errors: `LinkError` (transient: retry with backoff) or `SpecError` (cannot
+succeed as specified: record it, do not loop), both naming the link (`ns/uid`),
+the netns and the interface. Nothing else escapes a driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..tables.links import LinkKind, LinkRow
+from . import iface
+from .errors import SpecError, blame
+from .macvlan import MacvlanDriver
+from .names import Mark
+from .netns import NetnsGone, NotANetns, netlink, open_netns
+from .veth import VethDriver
+from .vxlan import VXLAN_PORT, VxlanDriver
+
+
+@dataclass(frozen=True, slots=True)
+class OwnedInterface:
+    """An interface carrying a meshwire mark, as `owned()` finds it."""
+
+    name: str
+    ifindex: int
+    mark: Mark
+    # IFLA_INFO_KIND: "veth", "vxlan", "macvlan", "tun", ...
+    kind: str
+
+
+class KindDriver(Protocol):
+    """Realises the rows of one link kind."""
+
+    def update(self, row: LinkRow) -> None:
+        """Make the kernel equal to `row`; when nothing differs, change nothing.
+
+        Creates what is missing, repairs a broken or half-gone link, and fixes
+        address, MTU, up state and placement. An interface already holding one of
+        the row's names without being this link's is never touched.
+        """
+        ...
+
+    def delete(self, row: LinkRow) -> None:
+        """Remove what `row` created. Deleting what does not exist (or whose netns
+        vanished) is success; interfaces not marked for this link are left alone."""
+        ...
+
+
+class LinkDriver(KindDriver, Protocol):
+    """What the reconciler and the pruner use: every kind, plus marked-interface listing."""
+
+    def owned(self, netns: str) -> list[OwnedInterface]:
+        """The marked interfaces in `netns`; empty if the netns is gone."""
+        ...
+
+    def remove(self, netns: str, ifname: str) -> None:
+        """Delete `ifname` in `netns` only if it carries a meshwire mark.
+
+        A missing netns or interface, or an unmarked interface, is left as it is
+        and is not an error.
+        """
+        ...
+
+
+class Drivers:
+    """`LinkDriver` over one `KindDriver` per kind, picked by `row.kind`.
+
+    A row of a kind with no driver (e.g. grpc before its driver is plugged in)
+    is a `SpecError` naming the kind.
+    """
+
+    def __init__(self, by_kind: Mapping[LinkKind, KindDriver]) -> None:
+        self._by_kind = dict(by_kind)
+
+    def update(self, row: LinkRow) -> None:
+        self._driver(row).update(row)
+
+    def delete(self, row: LinkRow) -> None:
+        self._driver(row).delete(row)
+
+    def owned(self, netns: str) -> list[OwnedInterface]:
+        with blame("", netns, ""):
+            try:
+                with open_netns(netns) as ns, netlink(ns) as ipr:
+                    found = iface.dump(ipr)
+            except NetnsGone:
+                return []
+        return [
+            OwnedInterface(i.name, i.index, i.mark, i.kind) for i in found if i.mark is not None
+        ]
+
+    def remove(self, netns: str, ifname: str) -> None:
+        with blame("", netns, ifname):
+            try:
+                with open_netns(netns) as ns, netlink(ns) as ipr:
+                    found = iface.find(ipr, ifname)
+                    if found is not None and found.mark is not None:
+                        iface.delete(ipr, found.index)
+            except (NetnsGone, NotANetns):
+                return
+
+    def _driver(self, row: LinkRow) -> KindDriver:
+        driver = self._by_kind.get(row.kind)
+        if driver is None:
+            raise SpecError(
+                f"{row.namespace}/{row.uid}",
+                row.local.netns,
+                row.local.intf,
+                f"no driver for link kind {row.kind.value!r} on this node",
+            )
+        return driver
+
+
+def kernel_drivers(
+    host_netns: str = "", vxlan_port: int = VXLAN_PORT
+) -> dict[LinkKind, KindDriver]:
+    """The netlink drivers for veth, vxlan and macvlan.
+
+    `host_netns`: the netns interfaces are created in before they move into a pod,
+    where vxlan UDP sockets live and macvlan host interfaces are; "" means the
+    calling thread's own (the daemon runs in its node's netns).
+    """
+    return {
+        LinkKind.VETH: VethDriver(host_netns),
+        LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port),
+        LinkKind.MACVLAN: MacvlanDriver(host_netns),
+    }

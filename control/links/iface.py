@@ -1,0 +1,171 @@
+"""One interface as the kernel has it, and the attribute fixes every link kind shares.
+
+Everything is read from the kernel on each call (no cache). `converge` changes
+only what differs, so converging an interface that is already right sends no
+write at all.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from pyroute2.netlink.exceptions import NetlinkError
+
+from .errors import SpecError
+from .names import ADDRESS_PROTO, Mark, ifname_problem, parse_mark
+from .netns import Netns
+
+IFF_UP = 0x1
+IFA_F_NODAD = 0x02
+# IFLA_MTU bounds every kind here accepts (68: the IPv4 minimum).
+MIN_MTU = 68
+MAX_MTU = 65535
+
+Address = ipaddress.IPv4Interface | ipaddress.IPv6Interface
+
+
+@dataclass(frozen=True, slots=True)
+class Iface:
+    index: int
+    name: str
+    # IFLA_INFO_KIND ("veth", "vxlan", "macvlan", ...), "" for none.
+    kind: str
+    mark: Mark | None
+    mtu: int
+    up: bool
+    # IFLA_LINK: the veth peer's or the macvlan lower device's ifindex, 0 if none;
+    # an ifindex in the netns `link_netnsid` names, or in this one if that is None.
+    link: int
+    link_netnsid: int | None
+    # IFLA_INFO_DATA attributes by name (`IFLA_VXLAN_ID`, `IFLA_MACVLAN_MODE`, ...).
+    info: dict[str, Any]
+
+
+def _iface(msg: Any) -> Iface:
+    linkinfo = msg.get_attr("IFLA_LINKINFO")
+    kind = ""
+    info: dict[str, Any] = {}
+    if linkinfo is not None:
+        kind = linkinfo.get_attr("IFLA_INFO_KIND") or ""
+        data = linkinfo.get_attr("IFLA_INFO_DATA")
+        if data is not None and not isinstance(data, (str, bytes)):
+            info = {name: value for name, value in data["attrs"]}
+    return Iface(
+        index=msg["index"],
+        name=msg.get_attr("IFLA_IFNAME"),
+        kind=kind,
+        mark=parse_mark(msg.get_attr("IFLA_IFALIAS")),
+        mtu=msg.get_attr("IFLA_MTU"),
+        up=bool(msg["flags"] & IFF_UP),
+        link=msg.get_attr("IFLA_LINK") or 0,
+        link_netnsid=msg.get_attr("IFLA_LINK_NETNSID"),
+        info=info,
+    )
+
+
+def find(ipr: Any, name: str) -> Iface | None:
+    """The interface called `name` in `ipr`'s netns, or None."""
+    try:
+        return _iface(ipr.link("get", ifname=name)[0])
+    except NetlinkError as exc:
+        if exc.code == errno.ENODEV:
+            return None
+        raise
+
+
+def dump(ipr: Any) -> list[Iface]:
+    return [_iface(msg) for msg in ipr.link("dump")]
+
+
+def delete(ipr: Any, index: int) -> None:
+    """Delete interface `index`; one that is already gone is success."""
+    try:
+        ipr.link("del", index=index)
+    except NetlinkError as exc:
+        if exc.code != errno.ENODEV:
+            raise
+
+
+def nsid_of(ipr: Any, ns: Netns) -> int | None:
+    """The id `ipr`'s netns gives `ns` (IFLA_LINK_NETNSID refers to it), None if unassigned."""
+    reply = ipr.get_netnsid(fd=ns.fd)
+    nsid = reply.get("nsid") if reply else None
+    return nsid if isinstance(nsid, int) and nsid >= 0 else None
+
+
+def links_into(ipr: Any, iface: Iface, home: Netns, target: Netns) -> bool:
+    """Whether `iface` (in `home`, read through `ipr`) has IFLA_LINK in `target`."""
+    if home.identity == target.identity:
+        return iface.link_netnsid is None
+    return iface.link_netnsid is not None and iface.link_netnsid == nsid_of(ipr, target)
+
+
+def parse_address(cidr: str) -> Address | None:
+    """The address in an End's `ip` ("" means none); ValueError if it does not parse."""
+    if not cidr:
+        return None
+    if "/" not in cidr:
+        raise ValueError(f"address {cidr!r} has no prefix length")
+    return ipaddress.ip_interface(cidr)
+
+
+def check(link: str, netns: str, intf: str, cidr: str, mtu: int) -> None:
+    """Raise `SpecError` for an end that no kernel would accept as written."""
+    if not netns:
+        raise SpecError(link, netns, intf, "the row gives no netns for this end")
+    problem = ifname_problem(intf)
+    if problem:
+        raise SpecError(link, netns, intf, problem)
+    try:
+        parse_address(cidr)
+    except ValueError as exc:
+        raise SpecError(link, netns, intf, f"ip: {exc}") from None
+    if mtu and not MIN_MTU <= mtu <= MAX_MTU:
+        raise SpecError(link, netns, intf, f"mtu {mtu} is outside {MIN_MTU}..{MAX_MTU}")
+
+
+def converge(ipr: Any, iface: Iface, mark: Mark, mtu: int, cidr: str) -> None:
+    """Make `iface` marked, at `mtu` (0: leave as is), addressed with `cidr` and up.
+
+    Addresses: `cidr` is added if missing (IPv6 without DAD: a point-to-point link
+    has no one to duplicate it). Other addresses are removed only if meshwire
+    added them (`ADDRESS_PROTO`), i.e. when the desired address changed; an
+    address someone else configured stays. On kernels before 6.1 (no IFA_PROTO)
+    a replaced address is left behind.
+    """
+    changes: dict[str, Any] = {}
+    if iface.mark != mark:
+        changes["ifalias"] = mark.format()
+    if mtu and iface.mtu != mtu:
+        changes["mtu"] = mtu
+    if changes:
+        ipr.link("set", index=iface.index, **changes)
+    _converge_addresses(ipr, iface.index, parse_address(cidr))
+    if not iface.up:
+        ipr.link("set", index=iface.index, state="up")
+
+
+def _converge_addresses(ipr: Any, index: int, want: Address | None) -> None:
+    present = False
+    for msg in ipr.addr("dump", index=index):
+        if msg["index"] != index:
+            continue
+        local = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
+        have = ipaddress.ip_interface(f"{local}/{msg['prefixlen']}")
+        if have == want:
+            present = True
+        elif msg.get_attr("IFA_PROTO") == ADDRESS_PROTO:
+            ipr.addr("del", index=index, address=str(have.ip), prefixlen=msg["prefixlen"])
+    if want is not None and not present:
+        flags = IFA_F_NODAD if want.version == 6 else 0
+        ipr.addr(
+            "add",
+            index=index,
+            address=str(want.ip),
+            prefixlen=want.network.prefixlen,
+            proto=ADDRESS_PROTO,
+            flags=flags,
+        )

@@ -1,0 +1,87 @@
+"""macvlan: `peer_pod: localhost`, the pod reaches a host interface.
+
+A macvlan in bridge mode on the host interface `peer.intf` (in the row's
+`peer.netns` if it names one, else the host netns), moved into the pod netns as
+`local.intf`, with the local address, MTU, up and marked. A macvlan on another
+lower device or in another mode is rebuilt; a host interface that does not exist
+is a `SpecError` naming it.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+from ..tables.links import LinkRow
+from . import iface
+from .errors import LinkError, SpecError, blame
+from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
+from .names import Mark, Role, temp_name
+from .netns import CURRENT, Netns, netlink, open_netns
+
+KIND = "macvlan"
+MACVLAN_MODE_BRIDGE = 4
+
+
+class MacvlanDriver:
+    def __init__(self, host_netns: str = "") -> None:
+        """`host_netns`: where host interfaces are and macvlans are created ("": the caller's)."""
+        self._host = host_netns or CURRENT
+
+    def update(self, row: LinkRow) -> None:
+        mark = Mark(row.namespace, row.uid)
+        end = row.local
+        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        host_path = row.peer.netns or self._host
+        with ExitStack() as stack:
+            with blame(mark.link, host_path, row.peer.intf):
+                hns = stack.enter_context(open_netns(host_path))
+                host = stack.enter_context(netlink(hns))
+                lower = iface.find(host, row.peer.intf)
+            if lower is None:
+                raise SpecError(
+                    mark.link, host_path, row.peer.intf, "host interface does not exist"
+                )
+            with blame(mark.link, end.netns, end.intf):
+                ns = stack.enter_context(open_netns(end.netns))
+                ipr = stack.enter_context(netlink(ns))
+                found = iface.find(ipr, end.intf)
+                claim(mark, found, end.netns, end.intf)
+                if found is None or not _on(ipr, found, lower, hns, ns):
+                    if found is not None:
+                        iface.delete(ipr, found.index)
+                    temp = temp_name(row.key, Role.MACVLAN)
+                    add = {
+                        "ifname": temp,
+                        "kind": KIND,
+                        "link": lower.index,
+                        "macvlan_mode": "bridge",
+                    }
+                    if row.mtu:
+                        add["mtu"] = row.mtu
+                    create_and_place(host, mark, add, [Placement(temp, ns, end.intf)])
+                    found = iface.find(ipr, end.intf)
+                    if found is None:
+                        raise LinkError(
+                            mark.link, end.netns, end.intf, "vanished right after creation"
+                        )
+                iface.converge(ipr, found, mark, row.mtu, end.ip)
+
+    def delete(self, row: LinkRow) -> None:
+        """Remove the macvlan if it is this link's; a gone netns or device is success."""
+        mark = Mark(row.namespace, row.uid)
+        with blame(mark.link, row.local.netns, row.local.intf):
+            delete_end(row.local.netns, row.local.intf, KIND, mark)
+        host_path = row.peer.netns or self._host
+        with blame(mark.link, host_path, ""), open_netns(host_path) as hns, netlink(hns) as host:
+            clear_leftovers(host, mark, [temp_name(row.key, Role.MACVLAN)])
+
+
+def _on(ipr: Any, found: iface.Iface, lower: iface.Iface, hns: Netns, ns: Netns) -> bool:
+    """Whether `found` is a bridge-mode macvlan whose lower device is `lower`."""
+    return (
+        found.kind == KIND
+        and found.info.get("IFLA_MACVLAN_MODE") == MACVLAN_MODE_BRIDGE
+        and found.link == lower.index
+        and iface.links_into(ipr, found, ns, hns)
+    )

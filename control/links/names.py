@@ -1,0 +1,81 @@
+"""The one place that names interfaces and marks them as meshwire's.
+
+Ownership mark: the interface alias (IFLA_IFALIAS) `meshwire:<ns>/<uid>`, where
+`<ns>` is the topology's Kubernetes namespace and `<uid>` the link uid. Only an
+interface carrying a mark is ever deleted by meshwire; a NOS's own interfaces
+never carry one.
+
+Addresses meshwire assigns carry the address protocol `ADDRESS_PROTO`
+(IFA_PROTO, Linux 6.1+), so a stale one can be told from an address the NOS
+configured on the same interface.
+
+Temporary names: an interface is created in the host netns under a temporary
+name, marked, then moved into the pod netns and renamed in the same step (the
+kernel cannot set an alias at creation, and an unmarked interface left by a crash
+would look foreign forever). A temporary name is `mw` + 11 hex digits of a hash
+of the row key + one letter for the role: 14 bytes, within IFNAMSIZ, the same on
+every attempt for a row (so the next attempt finds and removes a leftover) and
+distinct between rows barring a 44-bit hash collision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from enum import StrEnum
+
+MARK_PREFIX = "meshwire:"
+# Address protocol for addresses meshwire assigns (0-3 are the kernel's own).
+ADDRESS_PROTO = 0x6D
+# IFNAMSIZ is 16 bytes including the terminating NUL.
+MAX_IFNAME_BYTES = 15
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    namespace: str
+    uid: int
+
+    @property
+    def link(self) -> str:
+        return f"{self.namespace}/{self.uid}"
+
+    def format(self) -> str:
+        return f"{MARK_PREFIX}{self.namespace}/{self.uid}"
+
+
+def parse_mark(alias: str | None) -> Mark | None:
+    """The mark in an interface alias, or None for any alias that is not exactly one."""
+    if not alias or not alias.startswith(MARK_PREFIX):
+        return None
+    namespace, sep, uid = alias[len(MARK_PREFIX) :].rpartition("/")
+    if not sep or not namespace or not uid.isdigit():
+        return None
+    return Mark(namespace, int(uid))
+
+
+class Role(StrEnum):
+    """What a temporary name is for; the value is the name's last letter."""
+
+    VETH_LOCAL = "a"
+    VETH_PEER = "b"
+    VXLAN = "x"
+    MACVLAN = "m"
+
+
+def temp_name(row_key: str, role: Role) -> str:
+    digest = hashlib.blake2b(row_key.encode(), digest_size=8).hexdigest()
+    return f"mw{digest[:11]}{role.value}"
+
+
+def ifname_problem(name: str) -> str | None:
+    """Why the kernel would refuse `name` as an interface name, or None if it is valid."""
+    if not name:
+        return "interface name is empty"
+    if len(name.encode()) > MAX_IFNAME_BYTES:
+        return f"interface name is longer than {MAX_IFNAME_BYTES} bytes"
+    if name in (".", ".."):
+        return "interface name cannot be '.' or '..'"
+    if any(c in "/:" or c.isspace() for c in name):
+        return "interface name cannot contain '/', ':' or whitespace"
+    return None

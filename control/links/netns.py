@@ -1,0 +1,149 @@
+"""The one way into a network namespace: open it by path, talk netlink inside it.
+
+A netns is named by a path: a bind mount (`/var/run/netns/x`) or a process's
+(`/proc/<pid>/ns/net`). Nothing here ever creates a namespace: a missing path is
+`NetnsGone`, a path that is not a network namespace is `NotANetns`, both naming
+the path.
+
+`netlink(ns)` gives a pyroute2 `IPRoute` whose socket was created by a short-lived
+thread that `setns()`ed into the namespace; a netlink socket stays bound to the
+netns it was created in, so the calling thread (and process) never changes netns
+and nothing forks (pyroute2's own `netns=` forks a child per socket, which a
+process with gRPC threads must avoid).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pyroute2 import IPRoute
+
+# The calling thread's own netns, as a path (what "the host netns" means by default).
+CURRENT = "/proc/thread-self/ns/net"
+CLONE_NEWNET = 0x40000000
+# ioctl on a namespace file: which kind of namespace it is (Linux 4.11+).
+NS_GET_NSTYPE = 0xB703
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NetnsGone(Exception):
+    """The netns path does not exist (the pod or namespace is gone, or not there yet)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"netns {path} does not exist")
+
+
+class NotANetns(Exception):
+    """The path exists but is not a network namespace."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"{path} is not a network namespace: {reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class Netns:
+    """An open network namespace. `fd` is valid only inside `open_netns`."""
+
+    path: str
+    fd: int
+    # (st_dev, st_ino) of the namespace: equal iff two paths are the same netns.
+    identity: tuple[int, int]
+
+
+@contextmanager
+def open_netns(path: str) -> Iterator[Netns]:
+    """Open the netns at `path`; the fd is closed on exit.
+
+    Raises `NetnsGone` if nothing is at `path` (also for a `/proc/<pid>` whose
+    process exited) and `NotANetns` for a directory, a plain file (such as a
+    `/var/run/netns` entry whose bind mount is gone) or another kind of namespace.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise NetnsGone(path) from None
+    except OSError as exc:
+        raise NotANetns(path, exc.strerror or str(exc)) from None
+    try:
+        try:
+            nstype = fcntl.ioctl(fd, NS_GET_NSTYPE)
+        except OSError as exc:
+            if exc.errno == errno.ENOTTY:
+                raise NotANetns(path, "not a namespace file") from None
+            raise NotANetns(path, exc.strerror or str(exc)) from None
+        if nstype != CLONE_NEWNET:
+            raise NotANetns(path, "a namespace of another kind")
+        st = os.fstat(fd)
+        yield Netns(path, fd, (st.st_dev, st.st_ino))
+    finally:
+        os.close(fd)
+
+
+def _netlink_socket_in(ns: Netns) -> int:
+    """The fd of a NETLINK_ROUTE socket created inside `ns`."""
+    result: dict[str, int | OSError] = {}
+
+    def enter_and_open() -> None:
+        if _libc.setns(ns.fd, CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            result["error"] = OSError(code, f"setns into {ns.path}: {os.strerror(code)}")
+            return
+        try:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+        except OSError as exc:
+            result["error"] = exc
+            return
+        result["fd"] = sock.detach()
+
+    # The thread ends right after: its changed netns never runs anything else.
+    thread = threading.Thread(target=enter_and_open, name=f"meshwire-netns {ns.path}")
+    thread.start()
+    thread.join()
+    error = result.get("error")
+    if isinstance(error, OSError):
+        raise error
+    fd = result["fd"]
+    assert isinstance(fd, int)
+    return fd
+
+
+@contextmanager
+def netlink(ns: Netns | None = None) -> Iterator[Any]:
+    """An `IPRoute` talking to `ns` (None: the calling thread's own netns).
+
+    Use it only from the thread that opened it: pyroute2 keeps one socket per
+    thread and would open a fresh one, in that thread's netns, from any other.
+    """
+    fileno = None if ns is None else _netlink_socket_in(ns)
+    try:
+        ipr = IPRoute(fileno=fileno, groups=0, ext_ack=True)
+    except BaseException:
+        if fileno is not None:
+            os.close(fileno)
+        raise
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+def move_link(ipr: Any, index: int, target: Netns, ifname: str) -> None:
+    """Move interface `index` (in `ipr`'s netns) into `target`, renamed to `ifname`.
+
+    One netlink request: the kernel refuses it (EEXIST) if `ifname` is taken in
+    `target`, and the interface then stays where it was. Moving brings an
+    interface down and drops its addresses; the alias stays.
+    """
+    ipr.link("set", index=index, net_ns_fd=target.fd, ifname=ifname)

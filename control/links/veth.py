@@ -1,0 +1,113 @@
+"""veth: both pods on this node, one pair across their two netns.
+
+`local.intf` lives in `local.netns` and `peer.intf` in `peer.netns`, each with
+its End's address, the row's MTU, up and marked. The row is the same whichever
+pod restarted, so `update` repairs from either side: a pair counts as intact only
+if each end is a marked veth whose peer is the other end, in the other netns;
+otherwise both names are cleared (only if marked for this link) and the pair is
+built again. An end whose netns was destroyed takes its peer with it, so a pod
+restart usually just means "both ends missing".
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+from ..tables.links import LinkRow
+from . import iface
+from .errors import LinkError, blame
+from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
+from .names import Mark, Role, temp_name
+from .netns import CURRENT, Netns, netlink, open_netns
+
+KIND = "veth"
+
+
+class VethDriver:
+    def __init__(self, host_netns: str = "") -> None:
+        """`host_netns`: where pairs are created before their ends move ("": the caller's)."""
+        self._host = host_netns or CURRENT
+
+    def update(self, row: LinkRow) -> None:
+        mark = Mark(row.namespace, row.uid)
+        for end in (row.local, row.peer):
+            iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        with ExitStack() as stack:
+            with blame(mark.link, row.local.netns, row.local.intf):
+                lns = stack.enter_context(open_netns(row.local.netns))
+                lipr = stack.enter_context(netlink(lns))
+                local = iface.find(lipr, row.local.intf)
+            claim(mark, local, row.local.netns, row.local.intf)
+            with blame(mark.link, row.peer.netns, row.peer.intf):
+                pns = stack.enter_context(open_netns(row.peer.netns))
+                pipr = stack.enter_context(netlink(pns))
+                peer = iface.find(pipr, row.peer.intf)
+            claim(mark, peer, row.peer.netns, row.peer.intf)
+            if local is None or peer is None or not _paired(lipr, lns, local, pipr, pns, peer):
+                with blame(mark.link, row.local.netns, row.local.intf):
+                    local, peer = self._rebuild(row, mark, (lipr, lns, local), (pipr, pns, peer))
+            with blame(mark.link, row.local.netns, row.local.intf):
+                iface.converge(lipr, local, mark, row.mtu, row.local.ip)
+            with blame(mark.link, row.peer.netns, row.peer.intf):
+                iface.converge(pipr, peer, mark, row.mtu, row.peer.ip)
+
+    def delete(self, row: LinkRow) -> None:
+        """Remove both ends if they are this link's veths; a gone netns or end is success."""
+        mark = Mark(row.namespace, row.uid)
+        for end in (row.local, row.peer):
+            with blame(mark.link, end.netns, end.intf):
+                delete_end(end.netns, end.intf, KIND, mark)
+        with blame(mark.link, self._host, ""), open_netns(self._host) as hns, netlink(hns) as host:
+            clear_leftovers(host, mark, _temps(row))
+
+    def _rebuild(
+        self,
+        row: LinkRow,
+        mark: Mark,
+        local: tuple[Any, Netns, iface.Iface | None],
+        peer: tuple[Any, Netns, iface.Iface | None],
+    ) -> tuple[iface.Iface, iface.Iface]:
+        for ipr, _, found in (local, peer):
+            if found is not None:
+                iface.delete(ipr, found.index)
+        local_temp, peer_temp = _temps(row)
+        add: dict[str, Any] = {"ifname": local_temp, "kind": KIND, "peer": {"ifname": peer_temp}}
+        if row.mtu:
+            add["mtu"] = row.mtu
+            add["peer"]["mtu"] = row.mtu
+        with open_netns(self._host) as hns, netlink(hns) as host:
+            create_and_place(
+                host,
+                mark,
+                add,
+                [
+                    Placement(local_temp, local[1], row.local.intf),
+                    Placement(peer_temp, peer[1], row.peer.intf),
+                ],
+            )
+        made = []
+        for (ipr, _, _), end in ((local, row.local), (peer, row.peer)):
+            found = iface.find(ipr, end.intf)
+            if found is None:
+                raise LinkError(mark.link, end.netns, end.intf, "vanished right after creation")
+            made.append(found)
+        return made[0], made[1]
+
+
+def _temps(row: LinkRow) -> tuple[str, str]:
+    return temp_name(row.key, Role.VETH_LOCAL), temp_name(row.key, Role.VETH_PEER)
+
+
+def _paired(
+    lipr: Any, lns: Netns, local: iface.Iface, pipr: Any, pns: Netns, peer: iface.Iface
+) -> bool:
+    """Whether `local` and `peer` are the two ends of one veth, each in its own netns."""
+    return (
+        local.kind == KIND
+        and peer.kind == KIND
+        and local.link == peer.index
+        and peer.link == local.index
+        and iface.links_into(lipr, local, lns, pns)
+        and iface.links_into(pipr, peer, pns, lns)
+    )

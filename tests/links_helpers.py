@@ -1,0 +1,117 @@
+"""Real network namespaces for the link driver tests (root needed).
+
+Every namespace a test makes is named `mwt<hex>-<label>` and removed at teardown,
+even when the test fails; removing a namespace removes every interface in it, so
+nothing a test creates outlives it. `ip` is used here only to set up and to look.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from meshwire.control.tables.links import End, LinkKind, LinkRow
+
+NETNS_DIR = "/var/run/netns"
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+
+
+def ip(*args: str, check: bool = True) -> str:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise AssertionError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+@dataclass
+class Namespaces:
+    prefix: str = field(default_factory=lambda: f"mwt{secrets.token_hex(3)}")
+    made: list[str] = field(default_factory=list)
+
+    def add(self, label: str) -> str:
+        """Create netns `<prefix>-<label>` with lo up; return its path."""
+        name = f"{self.prefix}-{label}"
+        ip("netns", "add", name)
+        self.made.append(name)
+        ip("-n", name, "link", "set", "lo", "up")
+        return f"{NETNS_DIR}/{name}"
+
+    def recreate(self, path: str) -> str:
+        """A pod restart: the netns at `path` is destroyed and a fresh one takes its name."""
+        name = os.path.basename(path)
+        ip("netns", "del", name)
+        ip("netns", "add", name)
+        ip("-n", name, "link", "set", "lo", "up")
+        return path
+
+    def remove_all(self) -> None:
+        for name in self.made:
+            if os.path.exists(f"{NETNS_DIR}/{name}"):
+                ip("netns", "del", name, check=False)
+
+
+@pytest.fixture
+def namespaces() -> Iterator[Namespaces]:
+    spaces = Namespaces()
+    try:
+        yield spaces
+    finally:
+        spaces.remove_all()
+
+
+def links(netns: str) -> dict[str, dict[str, Any]]:
+    """`ip -d -j link` of a netns, by interface name."""
+    name = os.path.basename(netns)
+    return {item["ifname"]: item for item in json.loads(ip("-n", name, "-d", "-j", "link"))}
+
+
+def addresses(netns: str, intf: str) -> set[str]:
+    """The global-scope addresses of `intf` as CIDRs."""
+    name = os.path.basename(netns)
+    out = json.loads(ip("-n", name, "-j", "addr", "show", "dev", intf))
+    return {
+        f"{a['local']}/{a['prefixlen']}"
+        for item in out
+        for a in item.get("addr_info", [])
+        if a.get("scope") == "global"
+    }
+
+
+def pings(netns: str, address: str) -> bool:
+    """One ping from `netns` to `address` (an address inside a test namespace)."""
+    name = os.path.basename(netns)
+    done = subprocess.run(
+        ["ip", "netns", "exec", name, "ping", "-c", "1", "-W", "2", address],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def veth_row(
+    a: str,
+    b: str,
+    *,
+    uid: int = 1,
+    a_intf: str = "eth1",
+    b_intf: str = "eth1",
+    a_ip: str = "",
+    b_ip: str = "",
+    mtu: int = 1500,
+) -> LinkRow:
+    return LinkRow(
+        namespace="lab",
+        uid=uid,
+        kind=LinkKind.VETH,
+        local=End(pod="r1", netns=a, intf=a_intf, ip=a_ip),
+        peer=End(pod="r2", netns=b, intf=b_intf, ip=b_ip),
+        mtu=mtu,
+    )

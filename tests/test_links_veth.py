@@ -1,0 +1,145 @@
+"""veth links between two pods of this node, realised in real network namespaces."""
+
+from __future__ import annotations
+
+import pytest
+from links_helpers import Namespaces, addresses, ip, links, namespaces, needs_root, pings, veth_row
+
+from meshwire.control.links.driver import Drivers, kernel_drivers
+from meshwire.control.links.errors import LinkError, SpecError
+
+pytestmark = [needs_root, pytest.mark.root]
+__all__ = ["namespaces"]
+
+
+@pytest.fixture
+def driver(namespaces: Namespaces) -> Drivers:
+    # Pairs are born in a host netns of the test's own, never in the real root netns.
+    return Drivers(kernel_drivers(host_netns=namespaces.add("host")))
+
+
+def test_pair_carries_v4_and_v6_between_the_pods(namespaces: Namespaces, driver: Drivers) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30", mtu=9000)
+    driver.update(row)
+    driver.update(
+        veth_row(
+            a, b, uid=2, a_intf="e2", b_intf="e2", a_ip="2001:db8::1/64", b_ip="2001:db8::2/64"
+        )
+    )
+
+    end_a, end_b = links(a)["eth1"], links(b)["eth1"]
+    assert end_a["linkinfo"]["info_kind"] == end_b["linkinfo"]["info_kind"] == "veth"
+    assert end_a["ifalias"] == end_b["ifalias"] == "meshwire:lab/1"
+    assert end_a["mtu"] == end_b["mtu"] == 9000
+    assert "UP" in end_a["flags"] and "UP" in end_b["flags"]
+    assert addresses(a, "eth1") == {"10.0.0.1/30"}
+    assert pings(a, "10.0.0.2") and pings(b, "10.0.0.1")
+    assert pings(a, "2001:db8::2") and pings(b, "2001:db8::1")
+
+
+def test_a_second_update_changes_nothing(namespaces: Namespaces, driver: Drivers) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
+    driver.update(row)
+    before = (links(a)["eth1"], links(b)["eth1"])
+    driver.update(row)
+    after = (links(a)["eth1"], links(b)["eth1"])
+    assert [e["ifindex"] for e in after] == [e["ifindex"] for e in before]
+    assert after == before
+    assert addresses(a, "eth1") == {"10.0.0.1/30"}
+
+
+def test_a_deleted_end_is_repaired(namespaces: Namespaces, driver: Drivers) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
+    driver.update(row)
+    ip("-n", b.rsplit("/", 1)[1], "link", "del", "eth1")  # takes its peer along
+    assert "eth1" not in links(a)
+    driver.update(row)
+    assert pings(a, "10.0.0.2")
+
+
+@pytest.mark.parametrize("restarted", ["local", "peer"])
+def test_pod_restart_in_a_new_netns_is_repaired_from_the_same_row(
+    namespaces: Namespaces, driver: Drivers, restarted: str
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
+    driver.update(row)
+    namespaces.recreate(a if restarted == "local" else b)
+    driver.update(row)
+    assert pings(a, "10.0.0.2") and pings(b, "10.0.0.1")
+
+
+def test_peer_netns_moved_while_the_old_one_lives_on(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    # The pod restarted under a new netns path while its old netns is still held
+    # open: the surviving end is paired with the dead pod and must be re-paired.
+    a, old_b, new_b = namespaces.add("a"), namespaces.add("b"), namespaces.add("b2")
+    driver.update(veth_row(a, old_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
+    driver.update(veth_row(a, new_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
+    assert "eth1" in links(new_b) and "eth1" not in links(old_b)
+    assert pings(a, "10.0.0.2")
+
+
+def test_address_change_replaces_only_meshwires_address(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    driver.update(veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
+    ip("-n", a.rsplit("/", 1)[1], "addr", "add", "192.0.2.1/24", "dev", "eth1")  # the NOS's own
+    driver.update(veth_row(a, b, a_ip="10.0.1.1/30", b_ip="10.0.1.2/30"))
+    assert addresses(a, "eth1") == {"10.0.1.1/30", "192.0.2.1/24"}
+    assert addresses(b, "eth1") == {"10.0.1.2/30"}
+    assert pings(a, "10.0.1.2")
+
+
+def test_mtu_change_is_applied_in_place(namespaces: Namespaces, driver: Drivers) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    driver.update(veth_row(a, b, mtu=1500))
+    index = links(a)["eth1"]["ifindex"]
+    driver.update(veth_row(a, b, mtu=9100))
+    assert links(a)["eth1"]["mtu"] == links(b)["eth1"]["mtu"] == 9100
+    assert links(a)["eth1"]["ifindex"] == index
+
+
+def test_name_taken_by_a_foreign_interface_is_a_spec_error_and_left_alone(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    ip("-n", b.rsplit("/", 1)[1], "link", "add", "eth1", "type", "bridge")
+    foreign = links(b)["eth1"]
+    with pytest.raises(SpecError) as caught:
+        driver.update(veth_row(a, b))
+    message = str(caught.value)
+    assert "lab/1" in message and b in message and "'eth1'" in message
+    assert links(b)["eth1"] == foreign
+    assert "eth1" not in links(a)
+    driver.delete(veth_row(a, b))
+    assert links(b)["eth1"] == foreign
+
+
+def test_missing_netns_is_transient_and_names_the_path(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    a = namespaces.add("a")
+    gone = f"/var/run/netns/{namespaces.prefix}-never"
+    with pytest.raises(LinkError) as caught:
+        driver.update(veth_row(a, gone))
+    assert gone in str(caught.value)
+
+
+def test_delete_removes_both_ends_and_is_idempotent(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b)
+    driver.update(row)
+    driver.delete(row)
+    assert "eth1" not in links(a) and "eth1" not in links(b)
+    driver.delete(row)
+    namespaces.recreate(b)
+    ip("netns", "del", b.rsplit("/", 1)[1])
+    driver.delete(row)  # a vanished netns is success too
