@@ -1,0 +1,168 @@
+"""Shared pieces of the CNI tests: an in-memory handler, the two shims, CNI inputs.
+
+`InMemoryHandler` is the test stand-in for the daemon's handler (tests only):
+it knows which pods are in a topology, records the pods it was told about and
+logs each call, so a test asserts what the runtime would see and what the
+daemon was told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
+
+REPO = Path(__file__).resolve().parents[1]
+C_SHIM = REPO / "cext" / "build" / "meshwire-cni"
+PYTHON_SHIM = (sys.executable, "-m", "meshwire.control.cni.shim")
+
+PREV_RESULT: dict[str, Any] = {
+    "cniVersion": "1.0.0",
+    "interfaces": [
+        {"name": "eth0", "mac": "0a:58:0a:f4:00:05", "sandbox": "/var/run/netns/cni-1234"},
+        {"name": "veth\u00e9", "mac": "de:ad:be:ef:00:01"},
+    ],
+    "ips": [{"address": "10.244.0.5/24", "gateway": "10.244.0.1", "interface": 0}],
+    "routes": [{"dst": "0.0.0.0/0"}],
+    "dns": {"nameservers": ["10.96.0.10"], "search": ["default.svc.cluster.local"]},
+}
+
+
+def build_c_shim() -> Path:
+    """The C shim, built by its build step if missing or older than its source."""
+    subprocess.run(["bash", "scripts/build.d/20-cni-shim.sh"], cwd=REPO, check=True)
+    return C_SHIM
+
+
+def shim_command(kind: str) -> tuple[str, ...]:
+    return (str(build_c_shim()),) if kind == "c" else PYTHON_SHIM
+
+
+def network_config(version: str = "1.0.0", **extra: Any) -> dict[str, Any]:
+    return {"cniVersion": version, "name": "kindnet", "type": "meshnet", **extra}
+
+
+def cni_env(
+    command: str,
+    *,
+    pod: str = "default/r1",
+    container: str = "c0ffee01",
+    netns: str = "/var/run/netns/cni-1234",
+    ifname: str = "eth0",
+) -> dict[str, str]:
+    """The environment a runtime gives a plugin for `pod` ("ns/name", or "" for none)."""
+    env = {
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": container,
+        "CNI_NETNS": netns,
+        "CNI_IFNAME": ifname,
+        "CNI_PATH": "/opt/cni/bin",
+    }
+    if pod:
+        namespace, name = pod.split("/")
+        env["CNI_ARGS"] = (
+            f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name};"
+            f"K8S_POD_INFRA_CONTAINER_ID={container}"
+        )
+    return env
+
+
+@dataclass
+class ShimRun:
+    exit: int
+    stdout: bytes
+
+    @property
+    def result(self) -> Any:
+        return json.loads(self.stdout) if self.stdout.strip() else None
+
+
+async def run_shim(
+    kind: str, env: Mapping[str, str], stdin: bytes | Mapping[str, Any], socket: str = ""
+) -> ShimRun:
+    """Execs the `kind` ("c" or "python") shim as a runtime would; `socket` sets
+    MESHWIRE_CNI_SOCKET. Runs without blocking the loop that serves the endpoint."""
+    data = stdin if isinstance(stdin, bytes) else json.dumps(stdin).encode()
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
+    if socket:
+        full_env["MESHWIRE_CNI_SOCKET"] = socket
+    proc = await asyncio.create_subprocess_exec(
+        *shim_command(kind),
+        env=full_env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(data), 60)
+    assert proc.returncode is not None
+    assert not stderr or kind == "python", stderr
+    return ShimRun(exit=proc.returncode, stdout=stdout)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    container_id: str
+    netns: str
+    ifname: str
+
+
+@dataclass
+class InMemoryHandler:
+    """A `CniHandler` over a set of pods ("ns/name") that are in some topology.
+
+    `failures[command]` makes that command raise; `slow` names pods whose ADD
+    waits until `release` is set.
+    """
+
+    in_topology: set[str] = field(default_factory=set)
+    pods: dict[str, Recorded] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    failures: dict[str, CniError] = field(default_factory=dict)
+    slow: set[str] = field(default_factory=set)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    gc_kept: list[tuple[str, str]] = field(default_factory=list)
+
+    def _enter(self, command: str, request: CniRequest | None) -> str:
+        key = request.pod.key if request and request.pod else ""
+        self.calls.append(f"{command}({key})")
+        if command in self.failures:
+            raise self.failures[command]
+        return key
+
+    async def add(self, request: CniRequest) -> None:
+        key = self._enter("ADD", request)
+        if key not in self.in_topology:
+            return
+        if key in self.slow:
+            await self.release.wait()
+        self.pods[key] = Recorded(request.container_id, request.netns, request.ifname)
+
+    async def delete(self, request: CniRequest) -> None:
+        key = self._enter("DEL", request)
+        known = self.pods.get(key)
+        if known and known.container_id == request.container_id:
+            del self.pods[key]
+
+    async def check(self, request: CniRequest) -> None:
+        key = self._enter("CHECK", request)
+        if key in self.in_topology and key not in self.pods:
+            raise CniError(ErrorCode.UNKNOWN_CONTAINER, f"pod {key} was never added")
+
+    async def status(self) -> None:
+        self._enter("STATUS", None)
+
+    async def gc(self, request: CniRequest) -> None:
+        self._enter("GC", request)
+        valid = {(a.container_id, a.ifname) for a in request.valid_attachments}
+        self.gc_kept[:] = sorted(valid)
+        for key, rec in list(self.pods.items()):
+            if (rec.container_id, rec.ifname) not in valid:
+                del self.pods[key]
