@@ -115,3 +115,53 @@ def veth_row(
         peer=End(pod="r2", netns=b, intf=b_intf, ip=b_ip),
         mtu=mtu,
     )
+
+
+def netns_name(path: str) -> str:
+    return os.path.basename(path)
+
+
+def underlay(spaces: Namespaces) -> tuple[str, str]:
+    """Two "node" netns joined by a veth underlay, 192.0.2.1 and 192.0.2.2."""
+    n1, n2 = spaces.add("n1"), spaces.add("n2")
+    ip(
+        "-n",
+        netns_name(n1),
+        "link",
+        "add",
+        "u0",
+        "type",
+        "veth",
+        "peer",
+        "u0",
+        "netns",
+        netns_name(n2),
+    )
+    for path, address in ((n1, "192.0.2.1/24"), (n2, "192.0.2.2/24")):
+        ip("-n", netns_name(path), "addr", "add", address, "dev", "u0")
+        ip("-n", netns_name(path), "link", "set", "u0", "up")
+    return n1, n2
+
+
+def vxlan_row(pod_netns: str, local_ip: str, peer_node_ip: str, *, vni: int = 5007) -> LinkRow:
+    return LinkRow(
+        namespace="lab",
+        uid=7,
+        kind=LinkKind.VXLAN,
+        local=End(pod="r1", netns=pod_netns, intf="eth1", ip=local_ip),
+        peer=End(pod="r2", netns="", intf="eth1"),
+        mtu=1400,
+        peer_node_ip=peer_node_ip,
+        vni=vni,
+    )
+
+
+def macvlan_row(pod_netns: str, host_intf: str, local_ip: str = "") -> LinkRow:
+    return LinkRow(
+        namespace="lab",
+        uid=9,
+        kind=LinkKind.MACVLAN,
+        local=End(pod="r1", netns=pod_netns, intf="eth3", ip=local_ip),
+        peer=End(pod="localhost", netns="", intf=host_intf),
+        mtu=1500,
+    )

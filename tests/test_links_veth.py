@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from links_helpers import Namespaces, addresses, ip, links, namespaces, needs_root, pings, veth_row
+from links_helpers import (
+    Namespaces,
+    addresses,
+    ip,
+    links,
+    namespaces,
+    needs_root,
+    netns_name,
+    pings,
+    veth_row,
+)
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.links.errors import LinkError, SpecError
@@ -54,7 +64,7 @@ def test_a_deleted_end_is_repaired(namespaces: Namespaces, driver: Drivers) -> N
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
     driver.update(row)
-    ip("-n", b.rsplit("/", 1)[1], "link", "del", "eth1")  # takes its peer along
+    ip("-n", netns_name(b), "link", "del", "eth1")  # takes its peer along
     assert "eth1" not in links(a)
     driver.update(row)
     assert pings(a, "10.0.0.2")
@@ -89,7 +99,7 @@ def test_address_change_replaces_only_meshwires_address(
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     driver.update(veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
-    ip("-n", a.rsplit("/", 1)[1], "addr", "add", "192.0.2.1/24", "dev", "eth1")  # the NOS's own
+    ip("-n", netns_name(a), "addr", "add", "192.0.2.1/24", "dev", "eth1")  # the NOS's own
     driver.update(veth_row(a, b, a_ip="10.0.1.1/30", b_ip="10.0.1.2/30"))
     assert addresses(a, "eth1") == {"10.0.1.1/30", "192.0.2.1/24"}
     assert addresses(b, "eth1") == {"10.0.1.2/30"}
@@ -109,7 +119,7 @@ def test_name_taken_by_a_foreign_interface_is_a_spec_error_and_left_alone(
     namespaces: Namespaces, driver: Drivers
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
-    ip("-n", b.rsplit("/", 1)[1], "link", "add", "eth1", "type", "bridge")
+    ip("-n", netns_name(b), "link", "add", "eth1", "type", "bridge")
     foreign = links(b)["eth1"]
     with pytest.raises(SpecError) as caught:
         driver.update(veth_row(a, b))
@@ -141,5 +151,5 @@ def test_delete_removes_both_ends_and_is_idempotent(
     assert "eth1" not in links(a) and "eth1" not in links(b)
     driver.delete(row)
     namespaces.recreate(b)
-    ip("netns", "del", b.rsplit("/", 1)[1])
+    ip("netns", "del", netns_name(b))
     driver.delete(row)  # a vanished netns is success too

@@ -20,7 +20,8 @@ from .names import Mark, Role, temp_name
 from .netns import CURRENT, Netns, netlink, open_netns
 
 KIND = "macvlan"
-MACVLAN_MODE_BRIDGE = 4
+# IFLA_MACVLAN_MODE as pyroute2 decodes it.
+MACVLAN_MODE_BRIDGE = "bridge"
 
 
 class MacvlanDriver:
@@ -55,7 +56,7 @@ class MacvlanDriver:
                         "ifname": temp,
                         "kind": KIND,
                         "link": lower.index,
-                        "macvlan_mode": "bridge",
+                        "macvlan_mode": MACVLAN_MODE_BRIDGE,
                     }
                     if row.mtu:
                         add["mtu"] = row.mtu

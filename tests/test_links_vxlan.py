@@ -1,0 +1,73 @@
+"""vxlan links between pods on two nodes; each "node" is a netns of the test's own.
+
+Each node's driver gets its node netns as `host_netns`, as a daemon running in
+that node would have it as its own netns.
+"""
+
+from __future__ import annotations
+
+import pytest
+from links_helpers import Namespaces, links, namespaces, needs_root, pings, underlay, vxlan_row
+
+from meshwire.control.links.driver import Drivers, kernel_drivers
+from meshwire.control.links.errors import SpecError
+
+pytestmark = [needs_root, pytest.mark.root]
+__all__ = ["namespaces"]
+
+
+@pytest.fixture
+def lab(namespaces: Namespaces) -> tuple[Drivers, Drivers, str, str]:
+    n1, n2 = underlay(namespaces)
+    p1, p2 = namespaces.add("p1"), namespaces.add("p2")
+    node1, node2 = Drivers(kernel_drivers(host_netns=n1)), Drivers(kernel_drivers(host_netns=n2))
+    node1.update(vxlan_row(p1, "10.1.0.1/30", "192.0.2.2"))
+    node2.update(vxlan_row(p2, "10.1.0.2/30", "192.0.2.1"))
+    return node1, node2, p1, p2
+
+
+def test_pods_on_two_nodes_ping_over_vxlan(lab: tuple[Drivers, Drivers, str, str]) -> None:
+    _, _, p1, p2 = lab
+    device = links(p1)["eth1"]
+    assert device["linkinfo"]["info_kind"] == "vxlan"
+    assert device["linkinfo"]["info_data"]["id"] == 5007
+    assert device["linkinfo"]["info_data"]["remote"] == "192.0.2.2"
+    assert device["linkinfo"]["info_data"]["port"] == 4789
+    assert device["ifalias"] == "meshwire:lab/7"
+    assert device["mtu"] == 1400
+    assert pings(p1, "10.1.0.2") and pings(p2, "10.1.0.1")
+
+
+def test_a_second_update_changes_nothing(lab: tuple[Drivers, Drivers, str, str]) -> None:
+    node1, _, p1, _ = lab
+    before = links(p1)["eth1"]
+    node1.update(vxlan_row(p1, "10.1.0.1/30", "192.0.2.2"))
+    assert links(p1)["eth1"] == before
+
+
+def test_changed_vni_rebuilds_the_device(lab: tuple[Drivers, Drivers, str, str]) -> None:
+    node1, node2, p1, p2 = lab
+    node1.update(vxlan_row(p1, "10.1.0.1/30", "192.0.2.2", vni=6001))
+    node2.update(vxlan_row(p2, "10.1.0.2/30", "192.0.2.1", vni=6001))
+    assert links(p1)["eth1"]["linkinfo"]["info_data"]["id"] == 6001
+    assert pings(p1, "10.1.0.2")
+
+
+def test_changed_remote_rebuilds_the_device(lab: tuple[Drivers, Drivers, str, str]) -> None:
+    node1, _, p1, _ = lab
+    node1.update(vxlan_row(p1, "10.1.0.1/30", "192.0.2.77"))
+    assert links(p1)["eth1"]["linkinfo"]["info_data"]["remote"] == "192.0.2.77"
+
+
+def test_bad_remote_is_a_spec_error(lab: tuple[Drivers, Drivers, str, str]) -> None:
+    node1, _, p1, _ = lab
+    with pytest.raises(SpecError, match="peer_node_ip 'node-b'"):
+        node1.update(vxlan_row(p1, "10.1.0.1/30", "node-b"))
+
+
+def test_delete_is_idempotent(lab: tuple[Drivers, Drivers, str, str]) -> None:
+    node1, _, p1, _ = lab
+    row = vxlan_row(p1, "10.1.0.1/30", "192.0.2.2")
+    node1.delete(row)
+    assert "eth1" not in links(p1)
+    node1.delete(row)
