@@ -1,0 +1,186 @@
+"""`ApiServer`: the embedded Kubernetes-style API for Topology objects, over HTTP.
+
+It serves the subset of kube-apiserver that the official `kubernetes` client's
+`CustomObjectsApi` (sync and `kubernetes.aio`) uses for
+`networkop.co.uk/v1beta1` `topologies` (see `handlers`), plus discovery
+documents, from one SQLite file (see `store`). Nothing is authenticated: it
+listens on loopback or a lab's private addresses only.
+
+Test knobs let a test break things the way a real API server or network does:
+`drop_watches()` ends every open watch, `compact()` compacts the history to the
+current resourceVersion (a later watch from an older one gets 410), `set_delay`
+delays every response, `hang_watches(True)` makes every watch, open or new, go
+silent like a half-open connection (no events, no bookmarks, no timeout) until
+`hang_watches(False)` drops them. The methods always work in-process; the HTTP
+endpoint `POST /debug/knobs` exists only with `knobs_enabled`.
+
+History older than one `compaction_interval` is compacted away, as
+kube-apiserver compacts etcd every five minutes, so the file stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from meshwire.control.api import discovery, errors
+from meshwire.control.api.handlers import TopologyHandlers
+from meshwire.control.api.store import Store
+from meshwire.control.api.watch import Broadcaster
+
+# Compact history older than this many seconds (kube-apiserver compacts every 5 min).
+DEFAULT_COMPACTION_INTERVAL = 300.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiServer:
+    def __init__(
+        self,
+        db_path: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        knobs_enabled: bool = False,
+        bookmark_interval: float = 1.0,
+        compaction_interval: float = DEFAULT_COMPACTION_INTERVAL,
+    ) -> None:
+        self.db_path = db_path
+        self.host = host
+        self.port = port
+        self.knobs_enabled = knobs_enabled
+        self.bookmark_interval = bookmark_interval
+        self.compaction_interval = compaction_interval
+        self.delay = 0.0
+        self.hung = False
+        self._store: Store | None = None
+        self._broadcaster = Broadcaster()
+        self._runner: web.AppRunner | None = None
+        self._compactor: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("ApiServer: not started")
+        return self._store
+
+    async def start(self) -> None:
+        self._store = Store(self.db_path, listener=self._broadcaster.publish)
+        handlers = TopologyHandlers(
+            self._store,
+            self._broadcaster,
+            bookmark_interval=self.bookmark_interval,
+            hung=lambda: self.hung,
+        )
+        app = web.Application(middlewares=[self._delay_middleware, _status_middleware])
+        app.add_routes(discovery.routes())
+        app.add_routes(handlers.routes())
+        if self.knobs_enabled:
+            app.add_routes(
+                [web.post("/debug/knobs", self._knobs), web.get("/debug/knobs", self._knobs)]
+            )
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        if self.compaction_interval > 0:
+            self._compactor = asyncio.create_task(self._compact_periodically())
+
+    async def stop(self) -> None:
+        """Ends every watch, stops serving and closes the file; safe to call twice."""
+        if self._compactor is not None:
+            self._compactor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compactor
+            self._compactor = None
+        self._broadcaster.close_all()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- test knobs -------------------------------------------------------------
+
+    def drop_watches(self) -> None:
+        self._broadcaster.close_all()
+
+    def compact(self) -> None:
+        self.store.compact(self.store.resource_version)
+
+    def set_delay(self, seconds: float) -> None:
+        self.delay = seconds
+
+    def hang_watches(self, hang: bool) -> None:
+        self.hung = hang
+        if hang:
+            self._broadcaster.wake_all()
+        else:
+            self._broadcaster.close_all()
+
+    # -- internals ------------------------------------------------------------
+
+    async def _compact_periodically(self) -> None:
+        previous = self.store.resource_version
+        while True:
+            await asyncio.sleep(self.compaction_interval)
+            self.store.compact(previous)
+            previous = self.store.resource_version
+
+    @web.middleware
+    async def _delay_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.delay > 0 and not request.path.startswith("/debug/"):
+            await asyncio.sleep(self.delay)
+        return await handler(request)
+
+    async def _knobs(self, request: web.Request) -> web.Response:
+        """POST body keys, each optional: drop_watches, compact (true to act),
+        delay_ms (number), hang_watches (bool). Answers the knobs' state."""
+        if request.method == "POST":
+            body: Any = await request.json() if request.can_read_body else {}
+            if not isinstance(body, dict):
+                raise errors.BadRequest("/debug/knobs: the body must be a JSON object")
+            if "delay_ms" in body:
+                self.set_delay(float(body["delay_ms"]) / 1000)
+            if "hang_watches" in body:
+                self.hang_watches(bool(body["hang_watches"]))
+            if body.get("drop_watches"):
+                self.drop_watches()
+            if body.get("compact"):
+                self.compact()
+        return web.json_response(
+            {
+                "delay_ms": self.delay * 1000,
+                "hang_watches": self.hung,
+                "watches": len(self._broadcaster),
+                "resourceVersion": self.store.resource_version,
+                "compactedThrough": self.store.floor,
+            }
+        )
+
+
+@web.middleware
+async def _status_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves as a Kubernetes `Status` object."""
+    try:
+        return await handler(request)
+    except errors.ApiError as e:
+        return web.json_response(e.status(), status=e.code)
+    except web.HTTPNotFound:
+        error: errors.ApiError = errors.NotFound(
+            f"the server could not find the requested resource ({request.path})"
+        )
+    except web.HTTPMethodNotAllowed:
+        error = errors.MethodNotAllowed(f"{request.method} is not supported on {request.path}")
+    return web.json_response(error.status(), status=error.code)
