@@ -1,8 +1,8 @@
 """Shared pieces of the informer tests: objects, a recording sink, a running informer.
 
 `RecordingSink` wraps the real `Table` and keeps the log of writes the
-informer made (`upsert ns/name`, `delete ns/name`): tests assert that log, as
-statedb's scripts assert the log of operations.
+informer made (`upsert ns/name`, `delete ns/name`, `initialized`): tests assert
+that log, as statedb's scripts assert the log of operations.
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ class RecordingSink(TableSink):
     def delete(self, key: str) -> Topology | None:
         self.log.append(f"delete {key}")
         return super().delete(key)
+
+    def mark_initialized(self) -> None:
+        self.log.append("initialized")
+        super().mark_initialized()
 
     def take_log(self) -> list[str]:
         out, self.log = self.log, []
@@ -148,3 +152,34 @@ async def running(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class Cluster:
+    """A user's view of the API: apply, patch and delete Topology objects."""
+
+    def __init__(self, api: ApiClient, namespace: str = "default") -> None:
+        self.objects = CustomObjectsApi(api)
+        self.namespace = namespace
+
+    async def create(self, obj: dict[str, Any]) -> None:
+        await self.objects.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, obj
+        )
+
+    async def relink(self, name: str, *peers: str) -> None:
+        """Replace the links of `name` with one link per peer (a spec change)."""
+        spec = topology(name, *peers)["spec"]
+        await self.objects.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec}
+        )
+
+    async def set_src_ip(self, name: str, src_ip: str) -> None:
+        """What a node's daemon does when the pod starts there (a status change)."""
+        await self.objects.patch_namespaced_custom_object_status(
+            GROUP, VERSION, self.namespace, PLURAL, name, {"status": {"src_ip": src_ip}}
+        )
+
+    async def delete(self, name: str) -> None:
+        await self.objects.delete_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name
+        )

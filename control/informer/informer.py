@@ -131,7 +131,7 @@ class Informer:
                     "watch" if resource_version is not None else "list",
                     resource_version,
                     type(err).__name__,
-                    err,
+                    _describe(err),
                     delay,
                 )
                 await self._sleep(delay)
@@ -260,6 +260,12 @@ class Informer:
             resource_version = seen
             self.stats.resource_version = seen
         return resource_version
+
+
+def _describe(err: Exception) -> str:
+    if isinstance(err, TimeoutError):
+        return "no answer within the client timeout (half-open connection or hung server)"
+    return str(err)
 
 
 def _parse_line(line: bytes) -> dict[str, Any]:
