@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,3 +167,35 @@ class InMemoryHandler:
         for key, rec in list(self.pods.items()):
             if (rec.container_id, rec.ifname) not in valid:
                 del self.pods[key]
+
+
+@dataclass
+class CannedDaemon:
+    """A fake daemon on `path` that records each request frame and answers `answer`
+    verbatim (any bytes, malformed ones included), then closes."""
+
+    path: str
+    answer: bytes = b'{"exit":0,"stdout":""}\n'
+    frames: list[bytes] = field(default_factory=list)
+    _server: asyncio.Server | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.frames.append(await reader.read())
+        writer.write(self.answer)
+        await writer.drain()
+        writer.close()
+
+    async def __aenter__(self) -> CannedDaemon:
+        self._server = await asyncio.start_unix_server(self._serve, path=self.path)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+        os.unlink(self.path)
+
+
+def temp_dir() -> Path:
+    """A fresh directory under /tmp with the tests' unique prefix; remove it when done."""
+    return Path(tempfile.mkdtemp(prefix=f"mwt{os.urandom(4).hex()}-"))

@@ -85,7 +85,9 @@ def test_gc_reads_the_valid_attachments() -> None:
 
 
 def test_gc_also_reads_the_older_attachments_field_name() -> None:
-    config = network_config("1.1.0", **{"cni.dev/attachments": [{"containerID": "a", "ifname": "e"}]})
+    config = network_config(
+        "1.1.0", **{"cni.dev/attachments": [{"containerID": "a", "ifname": "e"}]}
+    )
     request = parse({"CNI_COMMAND": "GC"}, config)
     assert request.valid_attachments == (Attachment("a", "e"),)
 
