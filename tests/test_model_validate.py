@@ -7,6 +7,7 @@ Every kind of problem is asserted on its full message: it must name the object
 from __future__ import annotations
 
 import pytest
+
 from meshwire.control.model.topology import Topology
 from meshwire.control.model.validate import (
     MAX_UID,
@@ -15,7 +16,6 @@ from meshwire.control.model.validate import (
     check_pair,
     validate_topology,
 )
-
 from tests.model_helpers import link, topology
 
 

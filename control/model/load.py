@@ -1,8 +1,10 @@
 """Topology objects from a file: meshnet YAML, a containerlab file or a KNE topology.
 
-The format is recognised from the content (and, for KNE's text protobuf,
-also from the file name ending `.pb.txt`, `.pbtxt`, `.textproto`, `.txtpb`
-or `.prototxt`):
+The format is recognised from the content: KNE's text protobuf by a file
+name ending `.pb.txt`, `.pbtxt`, `.textproto`, `.txtpb` or `.prototxt`, or by
+text that is not YAML and has a top-level `nodes {` or `links {` line (or that is YAML
+only because its messages use `,`, and reads as a text protobuf); everything
+else is YAML (or JSON):
 
 - meshnet: Kubernetes objects, alone, as several YAML documents, or in a
   `kind: List` (any `...List` kind with `items`). Every `Topology` of
@@ -35,9 +37,8 @@ __all__ = ["LoadError", "load_file", "load_text"]
 DEFAULT_NAMESPACE = "default"
 TEXTPROTO_SUFFIXES = (".pb.txt", ".pbtxt", ".textproto", ".txtpb", ".prototxt")
 
-# `nodes {` / `links: <` opening a line: text protobuf. Never valid YAML in any
-# of the formats read here, where `nodes` and `links` hold a list or a mapping block.
-_TEXTPROTO_MESSAGE = re.compile(r"^\s*(nodes|links)\s*:?\s*[{<]", re.MULTILINE)
+# A top-level `nodes {` / `links: <` line: text protobuf, when the text is not YAML.
+_TEXTPROTO_MESSAGE = re.compile(r"^(nodes|links)[ \t]*:?[ \t]*[{<]", re.MULTILINE)
 
 
 def load_file(path: str | FilePath, namespace: str | None = None) -> list[Topology]:
@@ -56,14 +57,24 @@ def load_text(
     text: str, source_name: str = "<text>", namespace: str | None = None
 ) -> list[Topology]:
     """The Topology objects in `text`; `source_name` names it in errors and hints the format."""
-    if source_name.endswith(TEXTPROTO_SUFFIXES) or _TEXTPROTO_MESSAGE.search(text):
+    if source_name.endswith(TEXTPROTO_SUFFIXES):
         return kne_textproto_topologies(text, source_name, namespace)
-    documents = read_documents(text, source_name)
+    try:
+        documents = read_documents(text, source_name)
+    except LoadError:
+        if _TEXTPROTO_MESSAGE.search(text):
+            return kne_textproto_topologies(text, source_name, namespace)
+        raise
     if len(documents) == 1 and not _is_kubernetes_object(documents[0].data):
         document = documents[0]
         origin = Origin(source_name, document.locator)
         if looks_like_containerlab(document.data):
             return containerlab_topologies(document.data, origin, namespace)
+        if _maybe_textproto(document.data):
+            try:
+                return kne_textproto_topologies(text, source_name, namespace)
+            except LoadError:
+                pass  # not text protobuf after all: report it as the YAML it also is
         if looks_like_kne(document.data):
             return kne_topologies(document.data, origin, namespace)
     topologies: list[Topology] = []
@@ -78,6 +89,11 @@ def load_text(
             )
         _read_objects(document.data, (), origin, namespace or DEFAULT_NAMESPACE, topologies, seen)
     return topologies
+
+
+def _maybe_textproto(data: Any) -> bool:
+    """Text protobuf with `,` separators can also be YAML, with a mapping where KNE has a list."""
+    return isinstance(data, dict) and any(isinstance(data.get(k), dict) for k in ("nodes", "links"))
 
 
 def _is_kubernetes_object(data: Any) -> bool:
