@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
@@ -17,6 +19,7 @@ from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from meshwire.control.informer.backoff import BackoffPolicy
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.informer.sink import TableSink
+from meshwire.control.lab import netns
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, Topology
 from meshwire.control.tables.table import Table
 
@@ -31,6 +34,30 @@ FAST = InformerOptions(
     watch_timeout=2,
     backoff=BackoffPolicy(initial=0.05, maximum=0.2, reset_after=60.0),
 )
+
+
+@contextlib.contextmanager
+def private_loopback() -> Iterator[str]:
+    """Run the calling thread in a fresh network namespace `mwt<hex>` with only `lo` up.
+
+    The servers these tests start listen on 127.0.0.1 of their own namespace:
+    the machine's loopback may be unusable (a sandbox can disable it) and is
+    shared with other tests. Only the calling thread moves, and it moves back
+    on exit, even on failure; the namespace is deleted then. A socket keeps
+    the namespace it was made in, so no test traffic leaves it.
+    """
+    name = f"mwt{secrets.token_hex(4)}"
+    netns.create(name)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        netns.setns(netns.resolve(name))
+        try:
+            yield name
+        finally:
+            netns.setns(f"/proc/self/fd/{home}")
+    finally:
+        os.close(home)
+        netns.delete(name)
 
 
 def topology(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,7 @@ from tests.informer_helpers import (
     FAST,
     Cluster,
     RecordingSink,
+    private_loopback,
     running,
     topology,
     wait_converged,
@@ -32,6 +33,12 @@ from tests.informer_helpers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _own_loopback() -> Iterator[None]:
+    with private_loopback():
+        yield
 
 
 @contextlib.asynccontextmanager
