@@ -1,0 +1,30 @@
+"""`meshwire lab`: a whole meshwire lab on one machine (DESIGN.md §6, §9).
+
+    meshwire lab up FILE [--nodes N] [--placement FILE] [--config FILE] [--name NAME] [--dir DIR]
+    meshwire lab status [--json] | check | restart-pod POD | move-pod POD NODE
+    meshwire lab kill-daemon NODE | down
+
+What `up` builds, all named `mwl<name>-...` so nothing else is touched:
+
+- a lab directory, default `/run/meshwire-lab/<name>` (tmpfs: it lives exactly as
+  long as the namespaces and processes it describes, and every command finds it
+  from any working directory; `--dir` puts it elsewhere, then pass `--dir` to
+  every command). It holds `state.json` (everything created, written before
+  each creation step, for `down`), the API's SQLite db, per-node configs and
+  CNI sockets, and a log per process (`state.py`).
+- a hub namespace with the underlay bridge 169.254.0.1/16 and one namespace
+  per simulated node (`node1` = 169.254.0.11, ...), each with a veth on the
+  bridge (`nodes.py`). Nothing is added to the host's namespace.
+- the embedded API (`meshwire api serve`) on 127.0.0.1:<free port> in the host
+  namespace, for the user's commands, plus a relay listening on the bridge
+  address in the hub namespace, for the daemons (`relay.py`).
+- per node, `meshwire daemon --config nodes/<node>/config.yaml` running inside
+  the node's namespace through `nsexec.py`; the config is `--config` plus the
+  node's name, address, API URL and CNI socket (`daemons.py`).
+- per pod, a namespace, placed round robin in file order or by `--placement`
+  (`placement.py`), then CNI ADD through the real shim, as a runtime does
+  (`pods.py`, `cni.py`).
+
+`down` stops the processes by PID, deletes the namespaces and the directory,
+idempotently, also after a crash in `up` (`down.py`).
+"""

@@ -1,0 +1,120 @@
+"""`meshwire lab ...`: parse the command line and run one lab command.
+
+Every command finds its lab by `--name` (default `lab`) under
+/run/meshwire-lab, or by `--dir` when `up` was given one. Errors are printed
+as `meshwire lab: <what>` with exit status 1; `check` exits 1 when a link fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from meshwire.control.lab.check import check_all
+from meshwire.control.lab.down import down
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.links import lab_links, topologies_of
+from meshwire.control.lab.names import LabNames, check_lab_name
+from meshwire.control.lab.ops import kill_daemon, move_pod, restart_pod
+from meshwire.control.lab.progress import for_stream
+from meshwire.control.lab.render import summary
+from meshwire.control.lab.runtime import MeshwireRuntime, Runtime
+from meshwire.control.lab.state import LabDir
+from meshwire.control.lab.status import gather, render
+from meshwire.control.lab.up import LINKS_TIMEOUT, UpOptions, up
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="meshwire lab", description="a whole lab on one machine")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--name", default="lab", help="lab name, 1-7 of [a-z0-9] (default: lab)")
+        p.add_argument("--dir", help="lab directory (default: /run/meshwire-lab/NAME)")
+        return p
+
+    p = command("up", "build the lab from a lab file")
+    p.add_argument("file", type=Path, help="meshnet Topology YAML, containerlab or KNE file")
+    p.add_argument("--nodes", type=int, default=2, help="simulated nodes (default: 2)")
+    p.add_argument("--placement", type=Path, help="YAML/JSON mapping `pod: node`")
+    p.add_argument("--config", type=Path, help="daemon config every node starts from")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=LINKS_TIMEOUT,
+        help=f"seconds to wait for every link end to exist (default: {LINKS_TIMEOUT:.0f}; 0: none)",
+    )
+    p.add_argument(
+        "--no-daemon", action="store_true", help="nodes, pods and API only: no daemons, no CNI"
+    )
+    p = command("status", "pods, nodes and links with their state and counters")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    command("check", "prove every link carries traffic")
+    p = command("restart-pod", "CNI DEL, new netns, CNI ADD with a new container id")
+    p.add_argument("pod")
+    p = command("move-pod", "CNI DEL on the pod's node, CNI ADD on another")
+    p.add_argument("pod")
+    p.add_argument("node")
+    p = command("kill-daemon", "SIGKILL a node's daemon and start it again")
+    p.add_argument("node")
+    command("down", "remove everything the lab made")
+    return top
+
+
+def main(argv: list[str], runtime: Runtime | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        names = LabNames(check_lab_name(args.name))
+        lab = LabDir.locate(args.name, args.dir)
+        return run(args, names, lab, runtime)
+    except LabError as exc:
+        print(f"meshwire lab: {exc}", file=sys.stderr)
+        return 1
+
+
+def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime | None) -> int:
+    if args.command == "up":
+        options = UpOptions(
+            args.file, args.nodes, args.placement, args.config, args.name, args.dir, args.wait
+        )
+        chosen = runtime or MeshwireRuntime(with_daemons=not args.no_daemon)
+        state = up(options, chosen, for_stream(sys.stdout))
+        placement = {key: pod.node for key, pod in state.pods.items()}
+        links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+        print(summary(state, links))
+        return 0
+    if args.command == "down":
+        removed = down(lab, names)
+        print(
+            "\n".join(f"removed {line}" for line in removed)
+            or f"lab {args.name}: nothing to remove"
+        )
+        return 0
+    state = lab.load()
+    chosen = runtime or MeshwireRuntime(with_daemons=state.with_daemons)
+    if args.command == "status":
+        status = gather(state, names)
+        print(json.dumps(status, indent=2) if args.json else render(status))
+        return 0
+    if args.command == "check":
+        placement = {key: pod.node for key, pod in state.pods.items()}
+        links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+        results = check_all(names, links)
+        for result in results:
+            print(result.line())
+        failed = sum(not r.ok for r in results)
+        print(
+            f"{len(results) - failed}/{len(results)} links ok"
+            + (f", {failed} failed" if failed else "")
+        )
+        return 1 if failed else 0
+    if args.command == "restart-pod":
+        print(restart_pod(lab, state, chosen, args.pod))
+    elif args.command == "move-pod":
+        print(move_pod(lab, state, chosen, args.pod, args.node))
+    elif args.command == "kill-daemon":
+        print(kill_daemon(lab, state, chosen, args.node))
+    return 0

@@ -1,0 +1,78 @@
+"""A node's daemon: its config file (the user's base config plus what the lab decides) and start.
+
+The lab sets, per node: `node_name`, `node_ip` (its underlay address),
+`api.url` (the API through the hub relay), `cni.socket` (in the node's lab
+directory), `peer.listen` and `metrics.listen` (on the node's address, keeping
+the base config's ports). `workers` defaults to 1 unless the base config sets
+it: N simulated nodes on one machine must not start N x cores processes.
+Everything else comes from the base config unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from meshwire.control.config import ConfigError, load_config
+from meshwire.control.lab.errors import LabError
+
+DEFAULT_PEER_PORT = 51111
+DEFAULT_METRICS_PORT = 51100
+
+
+def read_base(path: Path | None) -> dict[str, Any]:
+    """The user's base config as a mapping; raises LabError naming the file."""
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise LabError(f"config file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise LabError(f"config file {path}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise LabError(f"config file {path}: expected a mapping of keys")
+    return data
+
+
+def _port(base: dict[str, Any], section: str, default: int) -> int:
+    listen = (base.get(section) or {}).get("listen")
+    if isinstance(listen, str) and listen.rpartition(":")[2].isdigit():
+        return int(listen.rpartition(":")[2])
+    return default
+
+
+def node_config(
+    base: dict[str, Any], node: str, ip: str, api_url: str, socket: Path
+) -> dict[str, Any]:
+    """The config of one node: a pure function of the base config and the node's place."""
+    config = copy.deepcopy(base)
+    config["node_name"] = node
+    config["node_ip"] = ip
+    config.setdefault("workers", 1)
+    config.setdefault("api", {})["url"] = api_url
+    config.setdefault("cni", {})["socket"] = str(socket)
+    config.setdefault("peer", {})["listen"] = f"{ip}:{_port(base, 'peer', DEFAULT_PEER_PORT)}"
+    metrics = _port(base, "metrics", DEFAULT_METRICS_PORT)
+    config.setdefault("metrics", {})["listen"] = f"{ip}:{metrics}"
+    return config
+
+
+def write_config(config: dict[str, Any], path: Path) -> None:
+    """Write and validate the node config, so a bad base key fails `up` before any daemon runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    try:
+        load_config(path, env={})
+    except ConfigError as exc:
+        raise LabError(f"node {config['node_name']}: {exc}") from None
+
+
+def metrics_address(config: dict[str, Any]) -> tuple[str, int]:
+    host, _, port = str(config["metrics"]["listen"]).rpartition(":")
+    return host, int(port)

@@ -1,0 +1,43 @@
+"""`meshwire lab down`: remove every process, namespace and file the lab made.
+
+Idempotent, and safe after a crash at any point of `up`: it works from the
+state file (which names everything before it exists) and also deletes any
+namespace carrying the lab's prefix, so a namespace created after the last
+state write still goes. Processes are stopped first (daemons would otherwise
+react to their pods vanishing), then namespaces (interfaces inside them go
+with them; the lab puts none in the host's namespace), then the directory.
+Without a state file there are no PIDs to stop: only prefixed namespaces and
+an empty lab directory are removed.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from meshwire.control.lab import netns, processes
+from meshwire.control.lab.names import LabNames
+from meshwire.control.lab.state import LabDir
+
+
+def down(lab: LabDir, names: LabNames) -> list[str]:
+    """Tear the lab down; returns one line per object removed (empty: nothing was there)."""
+    removed: list[str] = []
+    state = lab.load() if lab.exists() else None
+    if state is not None:
+        for record in reversed(state.processes):
+            running = processes.is_running(record)
+            processes.stop(record)  # also sweeps a group whose leader is gone
+            if running:
+                removed.append(f"process {record.role} (pid {record.pid})")
+    recorded = list(reversed(state.netns)) if state else []
+    for name in dict.fromkeys([*recorded, *netns.names_with_prefix(names.prefix)]):
+        if name.startswith(names.prefix) and netns.exists(name):
+            netns.delete(name)
+            removed.append(f"netns {name}")
+    if state is not None:
+        shutil.rmtree(lab.path, ignore_errors=True)
+        removed.append(f"directory {lab.path}")
+    elif lab.path.is_dir() and not any(lab.path.iterdir()):
+        lab.path.rmdir()
+        removed.append(f"directory {lab.path}")
+    return removed

@@ -1,0 +1,87 @@
+"""Simulated nodes: a namespace per node, joined by an underlay bridge in a hub namespace.
+
+    netns mwl<lab>-hub: bridge mwl<lab>-br 169.254.0.1/16
+        ├─ mwl<lab>-h1 ══ veth ══ mwl<lab>-n1 169.254.0.11/16 (netns mwl<lab>-node1)
+        └─ mwl<lab>-h2 ══ veth ══ mwl<lab>-n2 169.254.0.12/16 (netns mwl<lab>-node2)
+
+Nothing is added to the host's namespace: the link-local /16 lives only in the
+hub and node namespaces (on the host it would shadow the cloud metadata route).
+Each function is idempotent: an existing namespace, interface or address is
+kept, so a repeated or resumed step is harmless. Errors are LabError naming the
+node or interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from meshwire.control.lab import netns
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.names import HUB_IP, UNDERLAY_PREFIX_LEN, LabNames, netns_path
+
+EEXIST = 17
+
+
+def create_hub(names: LabNames) -> None:
+    """The hub namespace (already recorded in the state) with its bridge up and addressed."""
+    netns.create(names.hub_netns)
+
+    def build() -> None:
+        with IPRoute() as ipr:
+            if not ipr.link_lookup(ifname=names.bridge):
+                ipr.link("add", ifname=names.bridge, kind="bridge")
+            index = ipr.link_lookup(ifname=names.bridge)[0]
+            _add_address(ipr, index, HUB_IP)
+            ipr.link("set", index=index, state="up")
+
+    _in(names.hub_netns, build, f"hub bridge {names.bridge}")
+
+
+def create_node(names: LabNames, node: str, ip: str) -> None:
+    """The node's namespace, plugged into the hub bridge with underlay address `ip`."""
+    node_ns = names.node_netns(node)
+    netns.create(node_ns)
+    hub_port, node_port = names.hub_port(node), names.node_port(node)
+
+    def plug_hub() -> None:
+        with IPRoute() as ipr:
+            if not ipr.link_lookup(ifname=hub_port):
+                with open(netns_path(node_ns)) as target:
+                    ipr.link(
+                        "add",
+                        ifname=hub_port,
+                        kind="veth",
+                        peer={"ifname": node_port, "net_ns_fd": target.fileno()},
+                    )
+            index = ipr.link_lookup(ifname=hub_port)[0]
+            bridge = ipr.link_lookup(ifname=names.bridge)[0]
+            ipr.link("set", index=index, master=bridge, state="up")
+
+    def address_node() -> None:
+        with IPRoute() as ipr:
+            found = ipr.link_lookup(ifname=node_port)
+            if not found:
+                raise LabError(f"node {node}: underlay interface {node_port} missing")
+            _add_address(ipr, found[0], ip)
+            ipr.link("set", index=found[0], state="up")
+
+    _in(names.hub_netns, plug_hub, f"node {node}: hub port {hub_port}")
+    _in(node_ns, address_node, f"node {node}: underlay {node_port}")
+
+
+def _add_address(ipr: IPRoute, index: int, ip: str) -> None:
+    try:
+        ipr.addr("add", index=index, address=ip, prefixlen=UNDERLAY_PREFIX_LEN)
+    except NetlinkError as exc:
+        if exc.code != EEXIST:
+            raise
+
+
+def _in(ns: str, fn: Callable[[], None], what: str) -> None:
+    try:
+        netns.in_netns(ns, fn)
+    except (NetlinkError, OSError) as exc:
+        raise LabError(f"{what}: {exc}") from exc

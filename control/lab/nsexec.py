@@ -1,0 +1,43 @@
+"""`python -m meshwire.control.lab.nsexec NETNS -- CMD [ARGS...]`: run CMD inside a namespace.
+
+The launcher the lab starts every node daemon and every `ping` through: it
+`setns()`s into NETNS (a name under /var/run/netns or a path) and execs CMD,
+so CMD keeps this process's PID (the lab records and stops that PID). Unlike
+`ip netns exec` it remounts nothing. Exit status 127 with a message naming
+NETNS or CMD when either is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from meshwire.control.lab.netns import resolve, setns
+
+USAGE = "usage: python -m meshwire.control.lab.nsexec NETNS -- CMD [ARGS...]"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print(USAGE, file=sys.stderr)
+        return 2
+    target, command = argv[0], argv[2:]
+    try:
+        setns(resolve(target))
+    except OSError as exc:
+        print(f"nsexec: netns {target}: {exc.strerror or exc}", file=sys.stderr)
+        return 127
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"nsexec: {command[0]}: {exc.strerror}", file=sys.stderr)
+    return 127
+
+
+def argv_for(netns: str, command: list[str]) -> list[str]:
+    """The argv that runs `command` inside `netns` through this launcher."""
+    return [sys.executable, "-m", "meshwire.control.lab.nsexec", netns, "--", *command]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,53 @@
+"""Disturbing a running lab the way a cluster would: a pod restarts, a pod moves, a daemon dies.
+
+Each operation records its effect in the state file as it goes, so `down`
+stays exact. Without daemons (`up --no-daemon`) the pod operations only redo
+the namespaces.
+"""
+
+from __future__ import annotations
+
+from meshwire.control.lab import pods, processes
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.runtime import Runtime
+from meshwire.control.lab.state import LabDir, LabState
+from meshwire.control.lab.up import start_daemon, wait_ready
+
+
+def restart_pod(lab: LabDir, state: LabState, runtime: Runtime, name: str) -> str:
+    """CNI DEL, a new namespace, CNI ADD with a new container id, on the same node."""
+    pod = state.pod(name)
+    shim = runtime.cni_argv() if state.with_daemons else None
+    pods.detach(lab, state, pod, shim)
+    pods.recreate_netns(lab, state, pod)
+    pods.attach(lab, state, pod, shim)
+    return f"pod {pod.key} restarted on {pod.node} (container {pod.container_id[:12]})"
+
+
+def move_pod(lab: LabDir, state: LabState, runtime: Runtime, name: str, node: str) -> str:
+    """CNI DEL on the pod's node, then a new namespace and CNI ADD on `node`."""
+    pod = state.pod(name)
+    if node not in state.nodes:
+        raise LabError(f"lab {state.name}: node {node!r} is not one of {', '.join(state.nodes)}")
+    shim = runtime.cni_argv() if state.with_daemons else None
+    old = pod.node
+    pods.detach(lab, state, pod, shim)
+    pod.node = node
+    pods.recreate_netns(lab, state, pod)
+    pods.attach(lab, state, pod, shim)
+    return f"pod {pod.key} moved from {old} to {node}"
+
+
+def kill_daemon(lab: LabDir, state: LabState, runtime: Runtime, node: str) -> str:
+    """SIGKILL the node's daemon (not its workers, as a crash would) and start a new one."""
+    if node not in state.nodes:
+        raise LabError(f"lab {state.name}: node {node!r} is not one of {', '.join(state.nodes)}")
+    record = state.process(f"daemon/{node}")
+    if not state.with_daemons or record is None:
+        raise LabError(f"lab {state.name}: node {node} runs no daemon (lab up --no-daemon)")
+    processes.kill_leader(record)
+    start_daemon(lab, state, runtime, node)
+    wait_ready(state, node)
+    new = state.process(f"daemon/{node}")
+    assert new is not None
+    return f"node {node}: daemon pid {record.pid} killed, restarted as pid {new.pid}"

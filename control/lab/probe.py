@@ -1,0 +1,79 @@
+"""Small HTTP and TCP probes, optionally from inside a namespace, and a bounded wait.
+
+A probe never raises for "not there yet": `http_get` returns None when it cannot
+connect or read, so callers can poll it with `wait_until`.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from meshwire.control.lab.netns import socket_in
+
+POLL = 0.1
+
+
+def http_get(
+    host: str, port: int, path: str, netns: str | None = None, timeout: float = 2.0
+) -> tuple[int, str] | None:
+    """GET `path` (HTTP/1.0) -> (status, body), from inside `netns` when given; None on failure."""
+    try:
+        if netns is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        else:
+            sock = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        return None
+    with sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect((host, port))
+            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            chunks = []
+            while data := sock.recv(65536):
+                chunks.append(data)
+        except OSError:
+            return None
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    parts = head.split(b" ", 2)
+    if len(parts) < 2 or not parts[1].isdigit():
+        return None
+    return int(parts[1]), body.decode(errors="replace")
+
+
+def tcp_open(host: str, port: int, netns: str | None = None) -> bool:
+    """Whether something accepts connections on host:port, seen from `netns` when given."""
+    try:
+        sock = (
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if netns is None
+            else socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
+        )
+        with sock:
+            sock.settimeout(1.0)
+            sock.connect((host, port))
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout: float, abort: Callable[[], str | None]
+) -> bool:
+    """Poll `condition` until true (True) or `timeout` s pass (False).
+
+    `abort` is polled too: a non-empty reason (a process died) raises at once
+    instead of waiting out the timeout; the caller's LabError wraps it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return True
+        reason = abort()
+        if reason:
+            raise RuntimeError(reason)
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL)

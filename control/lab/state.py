@@ -1,0 +1,180 @@
+"""The lab directory and its state file: the record `lab down` undoes.
+
+Layout of a lab directory (default `/run/meshwire-lab/<name>`: tmpfs, so it
+disappears at reboot together with the namespaces and processes it describes,
+and every `meshwire lab` command finds it from any working directory):
+
+    state.json            this file's `LabState`, rewritten atomically
+    api.db                the embedded API's SQLite database
+    topology.yaml         a copy of the lab file the lab was built from
+    nodes/<node>/config.yaml, nodes/<node>/cni.sock
+    logs/<role>.log       stdout and stderr of every process the lab started
+
+Write-ahead rule: a namespace is recorded *before* it is created, and a
+process right after it is spawned (before anything waits on it), so a crash
+at any point of `lab up` leaves a state file naming everything to remove.
+A lab directory is only ever removed whole when it holds a state file; `up`
+refuses a directory that exists and is not empty, so a mistyped `--dir` can
+never make `down` delete somebody's files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.names import HUB_IP
+
+DEFAULT_ROOT = Path("/run/meshwire-lab")
+STATE_FILE = "state.json"
+
+
+@dataclass(slots=True)
+class ProcessRecord:
+    """A process group the lab started: `pid` leads it (started in a new session)."""
+
+    role: str
+    pid: int
+    start_time: int
+    argv: list[str]
+    log: str
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    name: str
+    netns: str
+    ip: str
+    config: str
+    socket: str
+    metrics: str
+
+
+@dataclass(slots=True)
+class PodRecord:
+    namespace: str
+    name: str
+    netns: str
+    node: str
+    container_id: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class LabState:
+    name: str
+    directory: str
+    topology_file: str = ""
+    topologies: list[dict[str, Any]] = field(default_factory=list)
+    api_port: int = 0  # inside the hub namespace, on HUB_IP
+    host_port: int = 0  # the host relay on 127.0.0.1; 0: none (no usable host loopback)
+    with_daemons: bool = True
+    inter_node_link_type: str = "vxlan"
+    netns: list[str] = field(default_factory=list)
+    processes: list[ProcessRecord] = field(default_factory=list)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    complete: bool = False
+
+    @property
+    def api_url(self) -> str:
+        """The API as the daemons (and anything inside the hub or a node) reach it."""
+        return f"http://{HUB_IP}:{self.api_port}"
+
+    @property
+    def host_url(self) -> str:
+        """The API as a command on the host reaches it, "" when there is no host relay."""
+        return f"http://127.0.0.1:{self.host_port}" if self.host_port else ""
+
+    def process(self, role: str) -> ProcessRecord | None:
+        """The newest process started for `role`, if any."""
+        for record in reversed(self.processes):
+            if record.role == role:
+                return record
+        return None
+
+    def pod(self, name: str) -> PodRecord:
+        """A pod by `name` or `ns/name`; raises LabError naming it when there is none."""
+        if name in self.pods:
+            return self.pods[name]
+        matches = [p for p in self.pods.values() if p.name == name]
+        if len(matches) == 1:
+            return matches[0]
+        what = "is ambiguous (give ns/name)" if matches else "is not in this lab"
+        raise LabError(f"lab {self.name}: pod {name!r} {what}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LabState:
+        data = dict(data)
+        data["processes"] = [ProcessRecord(**p) for p in data.get("processes", [])]
+        data["nodes"] = {k: NodeRecord(**v) for k, v in data.get("nodes", {}).items()}
+        data["pods"] = {k: PodRecord(**v) for k, v in data.get("pods", {}).items()}
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class LabDir:
+    path: Path
+
+    @classmethod
+    def locate(cls, name: str, directory: str | None) -> LabDir:
+        return cls(Path(directory) if directory else DEFAULT_ROOT / name)
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / STATE_FILE
+
+    @property
+    def db(self) -> Path:
+        return self.path / "api.db"
+
+    @property
+    def topology_copy(self) -> Path:
+        return self.path / "topology.yaml"
+
+    def node_dir(self, node: str) -> Path:
+        return self.path / "nodes" / node
+
+    def log(self, role: str) -> Path:
+        return self.path / "logs" / f"{role.replace('/', '-')}.log"
+
+    def create(self) -> None:
+        """Make the directory; raises LabError if it exists and holds anything."""
+        if self.path.exists() and any(self.path.iterdir()):
+            what = "a lab (run `meshwire lab down` first)" if self.state_file.exists() else "files"
+            raise LabError(f"lab directory {self.path}: already holds {what}")
+        # Only the directory itself: its first content is the state file, so a
+        # crash right after this leaves an empty directory `down` may remove.
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def exists(self) -> bool:
+        return self.state_file.exists()
+
+    def load(self) -> LabState:
+        """The saved state; raises LabError naming the directory when there is no lab."""
+        try:
+            data = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            raise LabError(f"no lab in {self.path} (no {STATE_FILE})") from None
+        except (OSError, ValueError) as exc:
+            raise LabError(f"lab state {self.state_file}: unreadable: {exc}") from None
+        return LabState.from_dict(data)
+
+    def save(self, state: LabState) -> None:
+        """Write the state atomically: a crash leaves the old file or the new one."""
+        tmp = self.state_file.with_suffix(".tmp")
+        with open(tmp, "w") as out:
+            json.dump(state.to_dict(), out, indent=1)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.state_file)

@@ -1,0 +1,153 @@
+"""`meshwire lab status`: every pod with its node and netns, every link with its state and counters.
+
+Sources: the state file (pods, nodes, processes), the API's Topology status
+(`src_ip`, `plumbing_error`; read from inside the hub namespace, where the API
+is), and the kernel (each link end's existence, carrier and frame counters).
+An unreachable API is reported, not fatal: the kernel view still stands.
+
+Link state: `up` (both ends exist and are up), `down` (an end is down),
+`missing` (an end does not exist), `error` (a pod's status has a plumbing
+error, which is shown).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from meshwire.control.lab import kernel, processes
+from meshwire.control.lab.check import end_netns
+from meshwire.control.lab.links import LabEnd, lab_links, topologies_of
+from meshwire.control.lab.names import HUB_IP, LabNames, netns_path
+from meshwire.control.lab.probe import http_get
+from meshwire.control.lab.render import table
+from meshwire.control.lab.state import LabState
+from meshwire.control.model.topology import API_VERSION, PLURAL
+
+TOPOLOGIES_PATH = f"/apis/{API_VERSION}/{PLURAL}"
+
+
+def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] | None:
+    """`ns/name` -> the Topology's status from the API; None when the API does not answer."""
+    answer = http_get(HUB_IP, state.api_port, TOPOLOGIES_PATH, netns=names.hub_netns)
+    if answer is None or answer[0] != 200:
+        return None
+    try:
+        items = json.loads(answer[1]).get("items") or []
+    except ValueError:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        meta = item.get("metadata") or {}
+        out[f"{meta.get('namespace', 'default')}/{meta.get('name')}"] = item.get("status") or {}
+    return out
+
+
+def gather(state: LabState, names: LabNames) -> dict[str, Any]:
+    """The whole status as plain data (what `--json` prints)."""
+    statuses = api_statuses(state, names)
+    nodes = []
+    for node in state.nodes.values():
+        daemon = state.process(f"daemon/{node.name}")
+        nodes.append(
+            {
+                "node": node.name,
+                "ip": node.ip,
+                "netns": netns_path(node.netns),
+                "daemon_pid": daemon.pid if daemon else None,
+                "daemon_running": bool(daemon and processes.is_running(daemon)),
+            }
+        )
+    pods = []
+    for pod in state.pods.values():
+        status = (statuses or {}).get(pod.key, {})
+        pods.append(
+            {
+                "pod": pod.key,
+                "node": pod.node,
+                "netns": netns_path(pod.netns),
+                "container_id": pod.container_id,
+                "src_ip": status.get("src_ip", ""),
+                "plumbing_error": status.get("plumbing_error", ""),
+            }
+        )
+    errors = {p["pod"]: p["plumbing_error"] for p in pods if p["plumbing_error"]}
+    placement = {key: pod.node for key, pod in state.pods.items()}
+    links = []
+    for link in lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type):
+        ends = [_end(names, link.a), _end(names, link.b)]
+        links.append(
+            {
+                "link": f"{link.namespace}/{link.uid}",
+                "kind": link.kind,
+                "state": _link_state(ends, [errors.get(link.a.pod), errors.get(link.b.pod)]),
+                "a": ends[0],
+                "b": ends[1],
+            }
+        )
+    return {
+        "lab": state.name,
+        "directory": state.directory,
+        "api": {
+            "url": state.api_url,
+            "host_url": state.host_url,
+            "reachable": statuses is not None,
+        },
+        "nodes": nodes,
+        "pods": pods,
+        "links": links,
+    }
+
+
+def _end(names: LabNames, end: LabEnd) -> dict[str, Any]:
+    out: dict[str, Any] = {"pod": end.pod, "intf": end.intf, "ip": end.ip}
+    if end.pod == "localhost":
+        return out
+    out.update(asdict(kernel.end_state(end_netns(names, end), end.intf)))
+    return out
+
+
+def _link_state(ends: list[dict[str, Any]], errors: list[str | None]) -> str:
+    shown = [e for e in errors if e]
+    if shown:
+        return f"error: {shown[0]}"
+    pods = [e for e in ends if e["pod"] != "localhost"]
+    if not all(e["exists"] for e in pods):
+        return "missing"
+    return "up" if all(e["up"] for e in pods) else "down"
+
+
+def render(status: dict[str, Any]) -> str:
+    api = status["api"]
+    where = api["host_url"] or f"{api['url']} (hub netns)"
+    nodes = [
+        (
+            n["node"],
+            n["ip"],
+            n["daemon_pid"] or "-",
+            "running" if n["daemon_running"] else "stopped",
+        )
+        for n in status["nodes"]
+    ]
+    pods = [(p["pod"], p["node"], p["netns"], p["src_ip"] or "-") for p in status["pods"]]
+    links = [
+        (k["link"], k["kind"], k["state"], _end_text(k["a"]), _end_text(k["b"]))
+        for k in status["links"]
+    ]
+    return "\n\n".join(
+        [
+            f"lab {status['lab']}: API {where} "
+            + ("reachable" if api["reachable"] else "UNREACHABLE"),
+            table("nodes", ("node", "ip", "daemon pid", "daemon"), nodes),
+            table("pods", ("pod", "node", "netns", "src_ip"), pods),
+            table("links", ("link", "kind", "state", "a (rx/tx)", "b (rx/tx)"), links),
+        ]
+    )
+
+
+def _end_text(end: dict[str, Any]) -> str:
+    text = f"{end['pod']}:{end['intf']}"
+    if "rx_packets" in end and end["exists"]:
+        text += f" {end['rx_packets']}/{end['tx_packets']}"
+    return text

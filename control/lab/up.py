@@ -1,0 +1,261 @@
+"""`meshwire lab up`: build a whole lab, recording each object before it is made.
+
+Order: read and check every input (lab file, placement, base config) before
+creating anything; then the lab directory and state file, the hub, the API
+and its relay, the topology applied, the nodes, their daemons (each waited
+until /readyz answers 200), the pods (netns, then CNI ADD on their node), and
+finally a bounded wait until every link end exists in its pod. Any failure
+raises LabError and leaves the state file complete enough for `lab down`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshwire.control.lab import daemons, kernel, nodes, pods, processes, relay
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.links import LabLink, lab_links
+from meshwire.control.lab.names import (
+    API_PORT,
+    HUB_IP,
+    LabNames,
+    check_lab_name,
+    check_node_count,
+    node_ip,
+)
+from meshwire.control.lab.nsexec import argv_for
+from meshwire.control.lab.placement import load_placement, place
+from meshwire.control.lab.probe import http_get, tcp_open, wait_until
+from meshwire.control.lab.progress import Progress
+from meshwire.control.lab.runtime import Runtime
+from meshwire.control.lab.state import LabDir, LabState, NodeRecord, ProcessRecord
+
+API_START_TIMEOUT = 30.0
+DAEMON_READY_TIMEOUT = 60.0
+LINKS_TIMEOUT = 60.0
+APPLY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    file: Path
+    nodes: int = 2
+    placement: Path | None = None
+    config: Path | None = None
+    name: str = "lab"
+    directory: str | None = None
+    # How long (s) to wait for the daemons to realise every link end; 0 skips the wait.
+    wait: float = LINKS_TIMEOUT
+
+
+def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
+    names = LabNames(check_lab_name(options.name))
+    check_node_count(options.nodes)
+    topologies = runtime.load(options.file)
+    if not topologies:
+        raise LabError(f"lab file {options.file}: no Topology objects")
+    node_names = [names.node_name(i) for i in range(1, options.nodes + 1)]
+    wanted = load_placement(options.placement) if options.placement else {}
+    placement = place([t.key for t in topologies], node_names, wanted)
+    base = daemons.read_base(options.config)
+
+    lab = LabDir.locate(options.name, options.directory)
+    lab.create()
+    state = LabState(
+        name=options.name,
+        directory=str(lab.path.resolve()),
+        topology_file=str(options.file.resolve()),
+        topologies=[t.to_dict() for t in topologies],
+        with_daemons=runtime.with_daemons,
+        inter_node_link_type=str(base.get("inter_node_link_type", "vxlan")),
+    )
+    lab.save(state)
+    shutil.copyfile(options.file, lab.topology_copy)
+    daemon_steps = options.nodes if runtime.with_daemons else 0
+    progress.begin(3 + options.nodes + daemon_steps + len(topologies) + 1)
+
+    progress.step(f"hub {names.hub_netns}, bridge {names.bridge} {HUB_IP}")
+    state.netns.append(names.hub_netns)
+    lab.save(state)
+    nodes.create_hub(names)
+
+    progress.step("embedded API")
+    _start_api(lab, state, names, runtime)
+    progress.step("apply topology")
+    _start_host_relay(lab, state, names, progress)
+    _apply(runtime, names.hub_netns, lab.topology_copy, state.api_url)
+
+    for i, node in enumerate(node_names, start=1):
+        progress.step(f"node {node} {node_ip(i)}")
+        _create_node(lab, state, names, base, node, i)
+
+    if runtime.with_daemons:
+        for node in node_names:
+            progress.step(f"daemon on {node}")
+            start_daemon(lab, state, runtime, node)
+        for node in node_names:
+            wait_ready(state, node)
+
+    shim = runtime.cni_argv() if runtime.with_daemons else None
+    for topology in topologies:
+        node = placement[topology.key]
+        progress.step(f"pod {topology.key} on {node}")
+        pod = pods.record(names, topology.namespace, topology.name, node)
+        pods.create_netns(lab, state, pod)
+        pods.attach(lab, state, pod, shim)
+
+    progress.step("links")
+    if runtime.with_daemons and options.wait > 0:
+        links = lab_links(topologies, placement, state.inter_node_link_type)
+        _wait_links(state, names, links, options.wait)
+    state.complete = True
+    lab.save(state)
+    progress.end()
+    return state
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _spawn(lab: LabDir, state: LabState, role: str, argv: list[str]) -> ProcessRecord:
+    record = processes.start(role, argv, lab.log(role))
+    state.processes.append(record)
+    lab.save(state)
+    return record
+
+
+def _died(record: ProcessRecord) -> str | None:
+    if processes.is_running(record):
+        return None
+    return f"{record.role} exited; see {record.log}: {_tail(Path(record.log))}"
+
+
+def _tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(lines[-3:]) or "(empty log)"
+
+
+def _start_api(lab: LabDir, state: LabState, names: LabNames, runtime: Runtime) -> None:
+    state.api_port = API_PORT
+    lab.save(state)
+    listen = f"{HUB_IP}:{API_PORT}"
+    api = _spawn(lab, state, "api", argv_for(names.hub_netns, runtime.api_argv(lab.db, listen)))
+    try:
+        ok = wait_until(
+            lambda: tcp_open(HUB_IP, API_PORT, netns=names.hub_netns),
+            API_START_TIMEOUT,
+            lambda: _died(api),
+        )
+    except RuntimeError as exc:
+        raise LabError(f"embedded API: {exc}") from None
+    if not ok:
+        raise LabError(f"embedded API: not listening on {listen} after {API_START_TIMEOUT:.0f}s")
+
+
+def _start_host_relay(lab: LabDir, state: LabState, names: LabNames, progress: Progress) -> None:
+    """Expose the API on the host's 127.0.0.1; a host without usable loopback only gets a note."""
+    try:
+        port = _free_port()
+    except OSError as exc:
+        progress.note(
+            f"no API on the host (127.0.0.1: {exc.strerror}); use {state.api_url} "
+            f"inside netns {names.hub_netns}"
+        )
+        return
+    argv = relay.argv_for(
+        f"127.0.0.1:{port}", state.api_url.removeprefix("http://"), names.hub_netns
+    )
+    forwarder = _spawn(lab, state, "relay", argv)
+    try:
+        wait_until(lambda: tcp_open("127.0.0.1", port), API_START_TIMEOUT, lambda: _died(forwarder))
+    except RuntimeError as exc:
+        progress.note(f"no API on the host: {exc}")
+        return
+    state.host_port = port
+    lab.save(state)
+
+
+def _apply(runtime: Runtime, hub: str, path: Path, server: str) -> None:
+    """Apply from inside the hub, where the API is, so it needs nothing of the host."""
+    argv = argv_for(hub, runtime.apply_argv(path, server))
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=APPLY_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LabError(f"apply {path} to {server}: {exc}") from None
+    if done.returncode != 0:
+        raise LabError(f"apply {path} to {server}: {done.stderr.strip() or done.returncode}")
+
+
+def _create_node(
+    lab: LabDir, state: LabState, names: LabNames, base: dict[str, object], node: str, i: int
+) -> None:
+    ns, ip = names.node_netns(node), node_ip(i)
+    state.netns.append(ns)
+    lab.save(state)
+    nodes.create_node(names, node, ip)
+    node_dir = lab.node_dir(node)
+    sock = node_dir / "cni.sock"
+    config = daemons.node_config(dict(base), node, ip, state.api_url, sock)
+    config_path = node_dir / "config.yaml"
+    daemons.write_config(config, config_path)
+    host, port = daemons.metrics_address(config)
+    state.nodes[node] = NodeRecord(node, ns, ip, str(config_path), str(sock), f"{host}:{port}")
+    lab.save(state)
+
+
+def start_daemon(lab: LabDir, state: LabState, runtime: Runtime, node: str) -> None:
+    record = state.nodes[node]
+    argv = argv_for(record.netns, runtime.daemon_argv(Path(record.config)))
+    _spawn(lab, state, f"daemon/{node}", argv)
+
+
+def wait_ready(state: LabState, node: str) -> None:
+    """Wait until the node's daemon answers /readyz with 200; LabError if it dies or times out."""
+    record = state.nodes[node]
+    daemon = state.process(f"daemon/{node}")
+    assert daemon is not None
+    host, _, port = record.metrics.rpartition(":")
+
+    def ready() -> bool:
+        answer = http_get(host, int(port), "/readyz", netns=record.netns)
+        return answer is not None and answer[0] == 200
+
+    try:
+        ok = wait_until(ready, DAEMON_READY_TIMEOUT, lambda: _died(daemon))
+    except RuntimeError as exc:
+        raise LabError(f"node {node}: daemon: {exc}") from None
+    if not ok:
+        raise LabError(
+            f"node {node}: daemon not ready (/readyz on {record.metrics}) "
+            f"after {DAEMON_READY_TIMEOUT:.0f}s; see {daemon.log}"
+        )
+
+
+def _wait_links(state: LabState, names: LabNames, links: list[LabLink], timeout: float) -> None:
+    def missing() -> list[str]:
+        out = []
+        for link in links:
+            for end in (link.a, link.b):
+                if end.pod == "localhost":
+                    continue
+                ns, _, pod = end.pod.partition("/")
+                if not kernel.end_state(names.pod_netns(ns, pod), end.intf).exists:
+                    out.append(f"{end.pod}:{end.intf}")
+        return out
+
+    if not wait_until(lambda: not missing(), timeout, lambda: None):
+        raise LabError(
+            f"lab {state.name}: link ends still missing after {timeout:.0f}s: "
+            + ", ".join(missing())
+        )

@@ -1,0 +1,134 @@
+"""Shared pieces of the `meshwire lab` tests: a unique lab, a lab file, stand-in components.
+
+`StubRuntime` replaces the parts of meshwire a lab runs (API, apply, daemon,
+CNI shim) with tiny real processes, so the lab's own mechanics (namespaces,
+underlay, relay, processes, state, down) are exercised for real: the "API" is
+`python -m http.server` on 127.0.0.1, each "daemon" an `http.server` inside
+its node namespace answering /readyz, the CNI shim `true` (or `false` to make
+`up` fail after nodes and daemons exist).
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from meshwire.control.lab import command
+from meshwire.control.lab.runtime import read_meshnet_yaml
+from meshwire.control.model.topology import Topology
+
+LAB_FILE = """\
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r1}
+spec:
+  links:
+  - {uid: 1, peer_pod: r2, local_intf: eth1, peer_intf: eth1, local_ip: 10.0.1.1/24, peer_ip: 10.0.1.2/24}
+  - {uid: 2, peer_pod: r3, local_intf: eth2, peer_intf: eth1}
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r2}
+spec:
+  links:
+  - {uid: 1, peer_pod: r1, local_intf: eth1, peer_intf: eth1, local_ip: 10.0.1.2/24, peer_ip: 10.0.1.1/24}
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r3}
+spec:
+  links:
+  - {uid: 2, peer_pod: r1, local_intf: eth1, peer_intf: eth2}
+"""
+
+
+class StubRuntime:
+    def __init__(self, tmp: Path, cni: str = "true", with_daemons: bool = True) -> None:
+        self.with_daemons = with_daemons
+        self.cni = cni
+        self.ready_dir = tmp / "ready"
+        self.ready_dir.mkdir(exist_ok=True)
+        (self.ready_dir / "readyz").write_text("ok\n")
+
+    def load(self, path: Path) -> list[Topology]:
+        return read_meshnet_yaml(path)
+
+    def api_argv(self, db: Path, listen: str) -> list[str]:
+        host, _, port = listen.rpartition(":")
+        return _http_server(host, port, self.ready_dir)
+
+    def apply_argv(self, path: Path, server: str) -> list[str]:
+        return ["true"]
+
+    def daemon_argv(self, config: Path) -> list[str]:
+        listen = yaml.safe_load(config.read_text())["metrics"]["listen"]
+        host, _, port = listen.rpartition(":")
+        return _http_server(host, port, self.ready_dir)
+
+    def cni_argv(self) -> list[str]:
+        return [self.cni]
+
+
+def _http_server(host: str, port: str, directory: Path) -> list[str]:
+    return [sys.executable, "-m", "http.server", port, "--bind", host, "--directory", str(directory)]
+
+
+@dataclass
+class Lab:
+    name: str
+    directory: Path
+    file: Path
+
+    @property
+    def prefix(self) -> str:
+        return f"mwl{self.name}-"
+
+    def args(self, *words: str) -> list[str]:
+        return [*words, "--name", self.name, "--dir", str(self.directory)]
+
+    def run(self, *words: str, runtime: StubRuntime | None = None) -> int:
+        return command.main(self.args(*words), runtime=runtime)
+
+
+@contextmanager
+def unique_lab(tmp_path: Path, text: str = LAB_FILE) -> Iterator[Lab]:
+    """A lab name no other test uses; `lab down` runs on exit even when the test failed."""
+    name = "t" + secrets.token_hex(3)[:5]
+    file = tmp_path / "lab.yaml"
+    file.write_text(text)
+    lab = Lab(name, tmp_path / name, file)
+    try:
+        yield lab
+    finally:
+        command.main(lab.args("down"))
+
+
+def host_netns_names(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return [line.split()[0] for line in out.stdout.splitlines() if line.startswith(prefix)]
+
+
+def host_link_names(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines()]
+    return [n for n in names if n.startswith(prefix)]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def in_ns(netns: str, *cmd: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "meshwire.control.lab.nsexec", netns, "--", *cmd]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
