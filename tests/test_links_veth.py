@@ -17,6 +17,7 @@ from links_helpers import (
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.links.errors import LinkError, SpecError
+from meshwire.control.links.names import Role, temp_name
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]
@@ -153,3 +154,42 @@ def test_delete_removes_both_ends_and_is_idempotent(
     namespaces.recreate(b)
     ip("netns", "del", netns_name(b))
     driver.delete(row)  # a vanished netns is success too
+
+
+def test_leftover_of_a_crashed_attempt_in_the_host_netns_is_cleared(
+    namespaces: Namespaces,
+) -> None:
+    host, a, b = namespaces.add("host"), namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b)
+    # A crash right after creation: the pair sits, unmarked, under the row's temporary names.
+    local_temp, peer_temp = temp_name(row.key, Role.VETH_LOCAL), temp_name(row.key, Role.VETH_PEER)
+    ip("-n", netns_name(host), "link", "add", local_temp, "type", "veth", "peer", peer_temp)
+    Drivers(kernel_drivers(host_netns=host)).update(row)
+    assert set(links(host)) == {"lo"}
+    assert "eth1" in links(a) and "eth1" in links(b)
+
+
+def test_both_ends_named_alike_in_one_netns_is_a_spec_error(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    a = namespaces.add("a")
+    with pytest.raises(SpecError, match="one name in one netns"):
+        driver.update(veth_row(a, a))
+
+
+def test_ifindexes_that_merely_match_across_netns_do_not_count_as_a_pair(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    # ifindexes are per netns: a look-alike in `new_b` can point at the end in `a`
+    # (still paired with `old_b`) by ifindex alone, and be pointed at by it.
+    a, old_b, new_b, other = (namespaces.add(n) for n in ("a", "b", "b2", "c"))
+    driver.update(veth_row(a, old_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
+    end_a = links(a)["eth1"]
+    look_alike = ["eth1", "index", str(end_a["link_index"])]
+    far = ["eth1", "index", str(end_a["ifindex"]), "netns", netns_name(other)]
+    ip("-n", netns_name(new_b), "link", "add", *look_alike, "type", "veth", "peer", *far)
+    ip("-n", netns_name(new_b), "link", "set", "eth1", "alias", "meshwire:lab/1")
+    assert links(new_b)["eth1"]["link_index"] == end_a["ifindex"]
+    driver.update(veth_row(a, new_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
+    assert pings(a, "10.0.0.2")
+    assert "eth1" not in links(old_b)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface
-from .errors import LinkError, blame
+from .errors import LinkError, SpecError, blame
 from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
 from .names import Mark, Role, temp_name
 from .netns import CURRENT, Netns, netlink, open_netns
@@ -44,6 +44,10 @@ class VethDriver:
                 pipr = stack.enter_context(netlink(pns))
                 peer = iface.find(pipr, row.peer.intf)
             claim(mark, peer, row.peer.netns, row.peer.intf)
+            if lns.identity == pns.identity and row.local.intf == row.peer.intf:
+                raise SpecError(
+                    mark.link, row.peer.netns, row.peer.intf, "both ends have one name in one netns"
+                )
             if local is None or peer is None or not _paired(lipr, lns, local, pipr, pns, peer):
                 with blame(mark.link, row.local.netns, row.local.intf):
                     local, peer = self._rebuild(row, mark, (lipr, lns, local), (pipr, pns, peer))
