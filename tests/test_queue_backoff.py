@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from meshwire.control.reconcile.clock import FakeClock
 from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.reconcile.retries import ExponentialBackoff
-
 from tests.queue_helpers import until
 
 

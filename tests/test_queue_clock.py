@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from meshwire.control.reconcile.clock import FakeClock, MonotonicClock
 
+from meshwire.control.reconcile.clock import FakeClock, MonotonicClock
 from tests.queue_helpers import settle, until
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from meshwire.control.reconcile.clock import FakeClock
 from meshwire.control.reconcile.queue import DEFAULT_DEBOUNCE, WorkQueue
-
 from tests.queue_helpers import settle, until
 
 

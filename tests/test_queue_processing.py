@@ -6,9 +6,9 @@ import asyncio
 import random
 
 import pytest
+
 from meshwire.control.reconcile.clock import FakeClock
 from meshwire.control.reconcile.queue import WorkQueue
-
 from tests.queue_helpers import settle, until
 
 

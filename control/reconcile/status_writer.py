@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
-from kubernetes.aio.client import ApiException, CustomObjectsApi
+from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
 
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.control.reconcile.clock import Clock, MonotonicClock
@@ -65,10 +65,12 @@ class StatusApi(Protocol):
 class KubeStatusApi:
     """`StatusApi` over the official client (`kubernetes.aio`), for any API server URL.
 
-    `api_client` is a `kubernetes.aio.client.ApiClient`; the caller owns and closes it.
+    The caller owns `api_client` and closes it.
     """
 
-    def __init__(self, api_client: Any, request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
+    def __init__(
+        self, api_client: ApiClient, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    ) -> None:
         self._api = CustomObjectsApi(api_client)
         self._timeout = request_timeout
 
