@@ -85,6 +85,8 @@ class RecordingSink(TableSink):
     def __init__(self) -> None:
         super().__init__(Table[Topology]("topologies"))
         self.log: list[str] = []
+        # Runs right after the first list is applied, before any watch opens.
+        self.after_initialized: Callable[[], None] | None = None
 
     def upsert(self, topology: Topology) -> int:
         self.log.append(f"upsert {topology.key}")
@@ -97,6 +99,8 @@ class RecordingSink(TableSink):
     def mark_initialized(self) -> None:
         self.log.append("initialized")
         super().mark_initialized()
+        if self.after_initialized is not None:
+            self.after_initialized()
 
     def take_log(self) -> list[str]:
         out, self.log = self.log, []
