@@ -286,3 +286,17 @@ def test_objects_in_other_namespaces_are_not_peers() -> None:
     r1 = topology("r1", link(1, "r2"))
     r2_elsewhere = topology("r2", link(1, "r1", "eth9"), namespace="other")
     assert check_all([r1, r2_elsewhere]) == []
+
+
+def test_a_changed_peer_object_is_checked_afresh() -> None:
+    r2 = topology("r2", link(1, "r1", "eth2", "eth1", "10.0.0.2/30", "10.0.0.1/30"))
+    assert check_pair(R1, R1.links[0], r2) is None
+    r2_changed = topology("r2", link(1, "r1", "eth7", "eth1"))
+    problem = check_pair(R1, R1.links[0], r2_changed)
+    assert problem is not None and problem.field == "peer_intf"
+
+
+def test_an_equal_copy_of_a_link_is_found_at_its_index() -> None:
+    r1 = topology("r1", link(1, "r2"), link(2, "r3", "eth2"))
+    problem = check_pair(r1, link(2, "r3", "eth2"), topology("r3"))
+    assert problem is not None and (problem.uid, problem.index) == (2, 1)
