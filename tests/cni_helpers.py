@@ -9,6 +9,7 @@ daemon was told.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -37,14 +38,19 @@ PREV_RESULT: dict[str, Any] = {
 }
 
 
+@functools.cache
 def build_c_shim() -> Path:
-    """The C shim, built by its build step if missing or older than its source."""
+    """The C shim, built by its build step if missing or older than its source
+    (checked once per test session)."""
     subprocess.run(["bash", "scripts/build.d/20-cni-shim.sh"], cwd=REPO, check=True)
     return C_SHIM
 
 
 def shim_command(kind: str) -> tuple[str, ...]:
-    return (str(build_c_shim()),) if kind == "c" else PYTHON_SHIM
+    """ "c": the built C shim; "python": the twin; anything else: a path to a shim binary."""
+    if kind == "c":
+        return (str(build_c_shim()),)
+    return PYTHON_SHIM if kind == "python" else (kind,)
 
 
 def network_config(version: str = "1.0.0", **extra: Any) -> dict[str, Any]:
@@ -89,7 +95,7 @@ class ShimRun:
 async def run_shim(
     kind: str, env: Mapping[str, str], stdin: bytes | Mapping[str, Any], socket: str = ""
 ) -> ShimRun:
-    """Execs the `kind` ("c" or "python") shim as a runtime would; `socket` sets
+    """Execs the `kind` shim (see shim_command) as a runtime would; `socket` sets
     MESHWIRE_CNI_SOCKET. Runs without blocking the loop that serves the endpoint."""
     data = stdin if isinstance(stdin, bytes) else json.dumps(stdin).encode()
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
