@@ -101,7 +101,11 @@ class WorkQueue:
         self.add_after(key, self._limiter.when(key))
 
     def forget(self, key: str) -> None:
-        """Reset the key's backoff (call it when a pass succeeded); any pending pass stays."""
+        """Reset the key's backoff; any pending pass stays.
+
+        Call it when a pass succeeded, and when the key's object is deleted: the
+        backoff keeps a counter for every key that failed until it is forgotten.
+        """
         self._limiter.forget(key)
 
     def num_requeues(self, key: str) -> int:
@@ -194,7 +198,7 @@ class WorkQueue:
             timer = asyncio.ensure_future(self._clock.sleep(due - self._clock.now()))
         try:
             await asyncio.wait(
-                [woken] if timer is None else [woken, timer], return_when="FIRST_COMPLETED"
+                [woken] if timer is None else [woken, timer], return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             if timer is not None:
