@@ -14,6 +14,7 @@ process with gRPC threads must avoid).
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
 import fcntl
@@ -125,11 +126,16 @@ def netlink(ns: Netns | None = None) -> Iterator[Any]:
 
     Use it only from the thread that opened it: pyroute2 keeps one socket per
     thread and would open a fresh one, in that thread's netns, from any other.
+    Works whatever event loop policy the process installed (uvloop included).
     """
     fileno = None if ns is None else _netlink_socket_in(ns)
+    # A plain selector loop of its own: pyroute2 fails on uvloop, which
+    # `asyncio.new_event_loop()` would return once uvloop's policy is installed.
+    loop = asyncio.SelectorEventLoop()
     try:
-        ipr = IPRoute(fileno=fileno, groups=0, ext_ack=True)
+        ipr = IPRoute(fileno=fileno, groups=0, ext_ack=True, use_event_loop=loop)
     except BaseException:
+        loop.close()
         if fileno is not None:
             os.close(fileno)
         raise
@@ -137,6 +143,9 @@ def netlink(ns: Netns | None = None) -> Iterator[Any]:
         yield ipr
     finally:
         ipr.close()
+        # One turn lets the aborted transport finish closing its socket.
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
 
 
 def move_link(ipr: Any, index: int, target: Netns, ifname: str) -> None:
