@@ -36,6 +36,9 @@
 #define LATEST_VERSION "1.1.0"
 #define MAX_FRAME_BYTES (8u << 20)
 #define MAX_SOCKET_PATH_BYTES 107
+/* Deeper configs count as malformed when looking for cniVersion/meshwire_socket
+ * (Python's parser gives up near 1000); stdin is still forwarded verbatim and
+ * the daemon answers it. */
 #define MAX_DEPTH 512
 
 static const char *const supported_versions[] = {"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"};

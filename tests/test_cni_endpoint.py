@@ -308,3 +308,11 @@ async def test_a_live_daemon_or_a_regular_file_at_the_path_is_not_removed(daemon
         await CniEndpoint(str(regular), InMemoryHandler()).start()
     assert regular.read_text() == "keep me"
     assert (await run_shim("c", cni_env("ADD"), config(daemon))).exit == 0
+
+
+@SHIMS
+async def test_a_config_nested_beyond_any_parser_is_code_6(daemon: Daemon, kind: str) -> None:
+    deep = b'{"cniVersion": "1.0.0", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    run = await run_shim(kind, cni_env("ADD"), deep, socket=daemon.socket)
+    assert (run.exit, run.result["code"]) == (1, 6)
+    assert (await run_shim(kind, cni_env("ADD"), config(daemon))).exit == 0

@@ -304,3 +304,8 @@ def test_error_codes_are_the_specs() -> None:
         "LIMITED_CONNECTIVITY": 51,
         "INTERNAL": 100,
     }
+
+
+def test_a_config_nested_beyond_any_parser_is_code_6_not_a_crash() -> None:
+    deep = '{"cniVersion": "1.0.0", "name": "n", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert failure(cni_env("ADD"), deep).code == ErrorCode.DECODE_FAILURE

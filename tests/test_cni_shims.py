@@ -108,3 +108,12 @@ async def test_both_shims_report_an_unreachable_daemon_identically(tmp: Path, so
     assert c_run.result["code"] == 11
     assert c_run.result["cniVersion"] == "0.4.0"
     assert c_run.result["details"].startswith(path)
+
+
+async def test_both_shims_survive_a_config_nested_beyond_any_parser(tmp: Path) -> None:
+    deep = b'{"cniVersion": "0.4.0", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    env = cni_env("ADD") | {"MESHWIRE_CNI_SOCKET": str(tmp / "none.sock")}
+    c_run = await run_shim("c", env, deep)
+    py_run = await run_shim("python", env, deep)
+    assert (c_run.exit, c_run.stdout) == (py_run.exit, py_run.stdout)
+    assert c_run.result["code"] == 11

@@ -147,22 +147,20 @@ class CniEndpoint:
                 await writer.wait_closed()
 
     async def _answer(self, frame: bytes) -> Response:
+        version, request = LATEST_VERSION, None
         try:
             shim = decode_request(frame)
-        except CniError as exc:
-            return error_response(exc, LATEST_VERSION)
-        try:
+            version = error_version(shim.stdin)
             request = parse_request(shim.env, shim.stdin)
-        except CniError as exc:
-            return error_response(exc, error_version(shim.stdin))
-        try:
+            version = request.cni_version
             await self._dispatch(request)
         except CniError as exc:
-            return error_response(exc, request.cni_version)
+            return error_response(exc, version)
         except Exception as exc:
-            log.exception("cni: %s for %s failed", request.command, request.pod)
+            what = f"{request.command} for {request.pod}" if request else "request"
+            log.exception("cni: %s failed", what)
             error = CniError(ErrorCode.INTERNAL, "meshwire internal error", repr(exc))
-            return error_response(error, request.cni_version)
+            return error_response(error, version)
         return success_response(request)
 
     async def _dispatch(self, request: CniRequest) -> None:

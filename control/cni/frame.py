@@ -73,7 +73,7 @@ def decode_request(frame: bytes) -> ShimRequest:
         ) from None
     try:
         body = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise _malformed("is not JSON", str(exc)) from None
     if not isinstance(body, dict) or body.get("v") != FRAME_VERSION:
         version = body.get("v") if isinstance(body, dict) else None
@@ -108,7 +108,7 @@ def shim_outcome(frame: bytes, socket: str, cni_version: str) -> Response:
         return error_response(error, cni_version)
     try:
         body = json.loads(frame)
-    except ValueError:
+    except (ValueError, RecursionError):
         body = None
     if isinstance(body, dict):
         code, stdout = body.get("exit"), body.get("stdout")
@@ -155,7 +155,7 @@ def _top_level_string(stdin: bytes | str, key: str) -> str:
         stdin = stdin.decode("utf-8", "surrogateescape")
     try:
         config = json.loads(stdin)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     value = config.get(key) if isinstance(config, dict) else None
     return value if isinstance(value, str) and "\x00" not in value else ""

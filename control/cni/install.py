@@ -151,7 +151,7 @@ def chain_into_config(conf_dir: Path, socket: str) -> tuple[Path, str]:
 def _load_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise InstallError(f"{path}: cannot read it as JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InstallError(f"{path}: a CNI config must be a JSON object")

@@ -227,7 +227,7 @@ def _config(stdin: str) -> dict[str, Any]:
         raise _decode_error("network config on stdin is empty")
     try:
         config = json.loads(stdin)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise _decode_error("network config on stdin is not JSON", str(exc)) from None
     if not isinstance(config, dict):
         raise CniError(ErrorCode.INVALID_CONFIG, "network config on stdin is not a JSON object")
