@@ -30,7 +30,8 @@ kind: Topology
 metadata: {name: r1}
 spec:
   links:
-  - {uid: 1, peer_pod: r2, local_intf: eth1, peer_intf: eth1, local_ip: 10.0.1.1/24, peer_ip: 10.0.1.2/24}
+  - {uid: 1, peer_pod: r2, local_intf: eth1, peer_intf: eth1,
+     local_ip: 10.0.1.1/24, peer_ip: 10.0.1.2/24}
   - {uid: 2, peer_pod: r3, local_intf: eth2, peer_intf: eth1}
 ---
 apiVersion: networkop.co.uk/v1beta1
@@ -38,7 +39,8 @@ kind: Topology
 metadata: {name: r2}
 spec:
   links:
-  - {uid: 1, peer_pod: r1, local_intf: eth1, peer_intf: eth1, local_ip: 10.0.1.2/24, peer_ip: 10.0.1.1/24}
+  - {uid: 1, peer_pod: r1, local_intf: eth1, peer_intf: eth1,
+     local_ip: 10.0.1.2/24, peer_ip: 10.0.1.1/24}
 ---
 apiVersion: networkop.co.uk/v1beta1
 kind: Topology
@@ -77,7 +79,16 @@ class StubRuntime:
 
 
 def _http_server(host: str, port: str, directory: Path) -> list[str]:
-    return [sys.executable, "-m", "http.server", port, "--bind", host, "--directory", str(directory)]
+    return [
+        sys.executable,
+        "-m",
+        "http.server",
+        port,
+        "--bind",
+        host,
+        "--directory",
+        str(directory),
+    ]
 
 
 @dataclass

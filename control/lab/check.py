@@ -50,17 +50,18 @@ def _end_problem(names: LabNames, end: LabEnd) -> str | None:
     state = kernel.end_state(ns, end.intf)
     if not state.exists:
         return f"{end.pod}: interface {end.intf} missing (netns {ns})"
-    if not state.up:
+    if not state.admin_up:
         return f"{end.pod}: interface {end.intf} is down"
+    if not state.up:
+        return f"{end.pod}: interface {end.intf} has no carrier"
     return None
 
 
 def check_link(names: LabNames, link: LabLink) -> LinkResult:
     ends = (link.a,) if link.b.pod == "localhost" else (link.a, link.b)
-    for end in ends:
-        problem = _end_problem(names, end)
-        if problem:
-            return LinkResult(link, False, "exists", problem)
+    problems = [p for p in (_end_problem(names, end) for end in ends) if p]
+    if problems:
+        return LinkResult(link, False, "exists", "; ".join(problems))
     if len(ends) == 1:
         return LinkResult(link, True, "exists", "host end not checked")
     if link.a.address and link.b.address:

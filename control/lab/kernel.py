@@ -16,7 +16,8 @@ from meshwire.control.lab import netns
 @dataclass(frozen=True, slots=True)
 class EndState:
     exists: bool
-    up: bool = False
+    admin_up: bool = False  # IFF_UP: someone set it up
+    up: bool = False  # admin up and the kernel reports it operational (carrier)
     rx_packets: int = 0
     tx_packets: int = 0
     rx_dropped: int = 0
@@ -24,6 +25,7 @@ class EndState:
 
 
 MISSING = EndState(exists=False)
+IFF_UP = 0x1
 
 
 def end_state(ns: str, intf: str) -> EndState:
@@ -38,10 +40,12 @@ def end_state(ns: str, intf: str) -> EndState:
                 return MISSING
             link = ipr.get_links(found[0])[0]
             stats = link.get_attr("IFLA_STATS64") or {}
+            admin_up = bool(link["flags"] & IFF_UP)
             # operstate UNKNOWN is what a TAP or a dummy without carrier logic reports.
-            up = link.get_attr("IFLA_OPERSTATE") in ("UP", "UNKNOWN") and bool(link["flags"] & 1)
+            up = admin_up and link.get_attr("IFLA_OPERSTATE") in ("UP", "UNKNOWN")
             return EndState(
                 exists=True,
+                admin_up=admin_up,
                 up=up,
                 rx_packets=int(stats.get("rx_packets", 0)),
                 tx_packets=int(stats.get("tx_packets", 0)),

@@ -1,0 +1,69 @@
+"""Pods restart and move like a runtime would do it; a killed daemon is started again."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_helpers import Lab, StubRuntime, pid_alive, unique_lab
+
+from meshwire.control.lab.names import netns_path
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    with unique_lab(tmp_path) as lab:
+        rc = lab.run("up", str(lab.file), "--wait", "0", runtime=StubRuntime(tmp_path))
+        assert rc == 0
+        yield lab
+
+
+def state(lab: Lab) -> dict[str, Any]:
+    saved: dict[str, Any] = json.loads((lab.directory / "state.json").read_text())
+    return saved
+
+
+def test_restart_pod_gives_a_new_container_id_and_a_new_namespace(lab: Lab, tmp_path: Path) -> None:
+    before = state(lab)["pods"]["default/r1"]
+    inode = os.stat(netns_path(before["netns"])).st_ino
+
+    assert lab.run("restart-pod", "r1", runtime=StubRuntime(tmp_path)) == 0
+
+    after = state(lab)["pods"]["default/r1"]
+    assert after["container_id"] and after["container_id"] != before["container_id"]
+    assert after["node"] == before["node"]
+    assert os.stat(netns_path(after["netns"])).st_ino != inode
+
+
+def test_move_pod_puts_it_on_the_other_node(lab: Lab, tmp_path: Path) -> None:
+    assert lab.run("move-pod", "r1", "node2", runtime=StubRuntime(tmp_path)) == 0
+
+    assert state(lab)["pods"]["default/r1"]["node"] == "node2"
+
+
+def test_move_pod_to_an_unknown_node_is_refused(
+    lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lab.run("move-pod", "r1", "node9", runtime=StubRuntime(tmp_path)) == 1
+
+    assert "node 'node9' is not one of node1, node2" in capsys.readouterr().err
+
+
+def test_kill_daemon_replaces_the_process_and_down_still_stops_both(
+    lab: Lab, tmp_path: Path
+) -> None:
+    old = next(p for p in state(lab)["processes"] if p["role"] == "daemon/node2")["pid"]
+
+    assert lab.run("kill-daemon", "node2", runtime=StubRuntime(tmp_path)) == 0
+
+    daemons = [p["pid"] for p in state(lab)["processes"] if p["role"] == "daemon/node2"]
+    assert daemons[0] == old and not pid_alive(old)
+    assert pid_alive(daemons[-1])
+    assert lab.run("down") == 0
+    assert not pid_alive(daemons[-1])
