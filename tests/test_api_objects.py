@@ -33,7 +33,7 @@ async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
 
 
 def status_of(error: ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(error.body)
+    body: dict[str, Any] = json.loads(error.body or "{}")
     return body
 
 

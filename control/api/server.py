@@ -68,6 +68,10 @@ class ApiServer:
         return f"http://{host}:{self.port}"
 
     @property
+    def open_watches(self) -> int:
+        return len(self._broadcaster)
+
+    @property
     def store(self) -> Store:
         if self._store is None:
             raise RuntimeError("ApiServer: not started")
@@ -163,7 +167,7 @@ class ApiServer:
             {
                 "delay_ms": self.delay * 1000,
                 "hang_watches": self.hung,
-                "watches": len(self._broadcaster),
+                "watches": self.open_watches,
                 "resourceVersion": self.store.resource_version,
                 "compactedThrough": self.store.floor,
             }

@@ -1,0 +1,125 @@
+"""`meshwire apply` into the embedded API: meshnet's own test topologies load
+unchanged and read back identical through the official clients."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from meshwire.control import apply
+from meshwire.control.api.server import ApiServer
+from meshwire.control.model.topology import PLURAL
+from tests.api_helpers import (
+    FIXTURES,
+    TOPOLOGIES,
+    aio_api,
+    call,
+    get,
+    private_server,
+    sync_api,
+    topology,
+)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
+    async with private_server(tmp_path) as running:
+        yield running
+
+
+def specs_in(path: Path) -> dict[tuple[str, str], Any]:
+    """(namespace, name) -> spec of every Topology in a meshnet YAML file, read plainly."""
+    out: dict[tuple[str, str], Any] = {}
+    for doc in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
+        for item in (doc or {}).get("items", [doc]) if (doc or {}).get("kind") == "List" else [doc]:
+            if item and item.get("kind") == "Topology":
+                meta = item["metadata"]
+                out[(meta.get("namespace", "default"), meta["name"])] = item["spec"]
+    return out
+
+
+async def run_apply(*argv: str) -> int:
+    code: int = await call(apply.main, list(argv))
+    return code
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.yml")), ids=lambda p: p.name)
+async def test_meshnet_topologies_read_back_identical(
+    server: ApiServer, fixture: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = specs_in(fixture)
+    assert expected, f"{fixture.name} has no Topology"
+
+    assert await run_apply("-f", str(fixture), "--server", server.url) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"topology.networkop.co.uk/{name} created" for _, name in expected]
+    items = (await call(sync_api(server.url).list_cluster_custom_object, *TOPOLOGIES, PLURAL))[
+        "items"
+    ]
+    async with aio_api(server.url) as aio:
+        aio_items = (await aio.list_cluster_custom_object(*TOPOLOGIES, PLURAL))["items"]
+    for listed in (items, aio_items):
+        found = {(i["metadata"]["namespace"], i["metadata"]["name"]): i["spec"] for i in listed}
+        assert found == expected
+
+
+async def test_apply_again_is_unchanged_and_a_changed_spec_keeps_status(
+    server: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api = sync_api(server.url)
+    lab = tmp_path / "lab.yml"
+    lab.write_text(yaml.safe_dump_all([topology("r1", "r2"), topology("r2", "r1")]))
+    assert await run_apply("-f", str(lab), "--server", server.url) == 0
+    await call(
+        api.patch_namespaced_custom_object_status,
+        *TOPOLOGIES,
+        "default",
+        PLURAL,
+        "r1",
+        {"status": {"src_ip": "10.0.0.1"}},
+    )
+    assert await run_apply("-f", str(lab), "--server", server.url) == 0
+    lab.write_text(yaml.safe_dump_all([topology("r1", "r2", "r3"), topology("r2", "r1")]))
+    assert await run_apply("-f", str(lab), "--server", server.url) == 0
+
+    assert capsys.readouterr().out.splitlines() == [
+        "topology.networkop.co.uk/r1 created",
+        "topology.networkop.co.uk/r2 created",
+        "topology.networkop.co.uk/r1 unchanged",
+        "topology.networkop.co.uk/r2 unchanged",
+        "topology.networkop.co.uk/r1 configured",
+        "topology.networkop.co.uk/r2 unchanged",
+    ]
+    r1 = await call(get, api, "r1")
+    assert r1["spec"] == topology("r1", "r2", "r3")["spec"]
+    assert r1["status"] == {"src_ip": "10.0.0.1"}
+
+
+async def test_an_invalid_object_fails_by_name_and_the_rest_still_apply(
+    server: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = topology("bad", "r2")
+    bad["spec"]["links"][0]["uid"] = -1
+    lab = tmp_path / "lab.yml"
+    lab.write_text(yaml.safe_dump_all([bad, topology("good", "r2")]))
+
+    assert await run_apply("-f", str(lab), "--server", server.url) == 1
+
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["topology.networkop.co.uk/good created"]
+    assert "topology default/bad: 422" in err
+    assert "spec.links[0]" in err
+
+
+async def test_a_namespace_other_than_the_file_says_is_refused(
+    server: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixture = str(FIXTURES / "3node-mlink.yml")
+    assert await run_apply("-f", fixture, "--server", server.url, "-n", "default") == 2
+    assert "does not match -n 'default'" in capsys.readouterr().err
+    assert await run_apply("-f", fixture, "--server", server.url, "-n", "mlink") == 0
