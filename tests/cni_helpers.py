@@ -126,7 +126,7 @@ class InMemoryHandler:
     """A `CniHandler` over a set of pods ("ns/name") that are in some topology.
 
     `failures[command]` makes that command raise; `slow` names pods whose ADD
-    waits until `release` is set.
+    sets `waiting` and then waits until `release` is set.
     """
 
     in_topology: set[str] = field(default_factory=set)
@@ -135,6 +135,7 @@ class InMemoryHandler:
     failures: dict[str, CniError] = field(default_factory=dict)
     slow: set[str] = field(default_factory=set)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    waiting: asyncio.Event = field(default_factory=asyncio.Event)
     gc_kept: list[tuple[str, str]] = field(default_factory=list)
 
     def _enter(self, command: str, request: CniRequest | None) -> str:
@@ -149,6 +150,7 @@ class InMemoryHandler:
         if key not in self.in_topology:
             return
         if key in self.slow:
+            self.waiting.set()
             await self.release.wait()
         self.pods[key] = Recorded(request.container_id, request.netns, request.ifname)
 

@@ -316,3 +316,21 @@ async def test_a_config_nested_beyond_any_parser_is_code_6(daemon: Daemon, kind:
     run = await run_shim(kind, cni_env("ADD"), deep, socket=daemon.socket)
     assert (run.exit, run.result["code"]) == (1, 6)
     assert (await run_shim(kind, cni_env("ADD"), config(daemon))).exit == 0
+
+
+async def test_a_request_larger_than_a_frame_is_refused_with_code_6(daemon: Daemon) -> None:
+    huge = b'{"cniVersion": "1.0.0", "name": "n", "x": "' + b"a" * (9 << 20) + b'"}'
+    run = await run_shim("c", cni_env("ADD"), huge, socket=daemon.socket)
+    assert (run.exit, run.result["code"]) == (1, 6)
+    assert "larger than" in run.result["msg"]
+    assert daemon.handler.calls == []
+
+
+async def test_shutdown_during_a_slow_add_tells_the_runtime_to_try_again(daemon: Daemon) -> None:
+    daemon.handler.slow.add("default/r1")
+    slow = asyncio.create_task(run_shim("c", cni_env("ADD"), config(daemon)))
+    await asyncio.wait_for(daemon.handler.waiting.wait(), 30)
+    await daemon.endpoint.close(grace=0)
+    run = await slow
+    assert (run.exit, run.result["code"]) == (1, 11)
+    assert "without answering" in run.result["msg"]
