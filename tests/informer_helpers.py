@@ -129,7 +129,7 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
 
 async def server_state(api: ApiClient) -> dict[str, dict[str, Any]]:
     """Every Topology the server holds, in `RecordingSink.state()`'s shape."""
-    page = await CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    page: Any = await CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
     out = {}
     for item in page["items"]:
         view = _comparable(item)

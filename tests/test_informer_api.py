@@ -57,7 +57,7 @@ async def client(url: str) -> AsyncIterator[ApiClient]:
     try:
         yield api
     finally:
-        await api.close()
+        await api.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture

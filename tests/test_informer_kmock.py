@@ -66,14 +66,14 @@ def _own_loopback() -> Iterator[None]:
 async def emulator(*objs: dict[str, Any]) -> AsyncIterator[tuple[Any, ApiClient]]:
     """A kmock emulator serving `objs`, and an official client pointed at it."""
     async with kmock.KubernetesEmulator() as km, kmock.Server(km) as server:
-        km.resources[TOPOLOGIES] = {}
+        km.resources[TOPOLOGIES] = kmock.ResourceInfo(namespaced=True, kind="Topology")
         for obj in objs:
             km.objects[TOPOLOGIES, "default", obj["metadata"]["name"]] = obj
         api = await make_api_client(str(server.url), "")
         try:
             yield km, api
         finally:
-            await api.close()
+            await api.close()  # type: ignore[no-untyped-call]
 
 
 def triangle() -> list[dict[str, Any]]:

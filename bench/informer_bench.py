@@ -1,0 +1,261 @@
+"""Informer benchmark: initial sync and event throughput on a big lab.
+
+    .venv/bin/python bench/informer_bench.py [--nodes 1500] [--pods 10000]
+        [--links 20000] [--updates 5000] [--seed 1]
+
+On a machine whose loopback has no 127.0.0.1, run it in a private network
+namespace: `unshare -n sh -c 'ip link set lo up; .venv/bin/python bench/...'`.
+
+Three processes, so each number belongs to one party:
+- a writer child generates the lab (pods spread over the nodes, each link
+  between two random pods with both ends consistent, every pod's `status.src_ip`
+  one of the node IPs) and writes it into a fresh SQLite file directly through
+  the embedded API's `Store`, one commit per object, with no server running:
+  loading is not what is measured;
+- a server child runs the embedded `ApiServer` on that file and makes the
+  status updates on command, straight through its store, so they reach the
+  watch exactly as updates over HTTP would;
+- this process runs only the informer into a `Table[Topology]`, so its peak
+  RSS (`getrusage`) is the informer's and the table's, plus the imports.
+
+Measured: initial sync (list in pages of 500, parse, apply; until `synced`),
+peak RSS, live throughput (updates made while the informer watches; this is
+bounded by the server's one-commit-per-update writes too), and backlog
+throughput (updates made while the watch is silent, then delivered at once
+when it reopens from its last resourceVersion: the informer's own rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import random
+import resource
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+NAMESPACE = "bench"
+
+
+def node_ip(node: int) -> str:
+    return f"10.1.{node // 250}.{node % 250 + 1}"
+
+
+def generate(nodes: int, pods: int, links: int, seed: int) -> list[dict[str, Any]]:
+    """`pods` Topology objects with `links` links, each end naming the other.
+
+    Link k joins pod k mod `pods` (so every pod gets about 2*links/pods ends)
+    to a random other pod; interface names count up per pod.
+    """
+    rng = random.Random(seed)
+    names = [f"p{i:05d}" for i in range(pods)]
+    ends: list[list[dict[str, Any]]] = [[] for _ in range(pods)]
+    for k in range(links):
+        a = k % pods
+        b = rng.randrange(pods - 1)
+        b += b >= a
+        a_intf, b_intf = f"eth{len(ends[a]) + 1}", f"eth{len(ends[b]) + 1}"
+        ends[a].append(
+            {"uid": k + 1, "peer_pod": names[b], "local_intf": a_intf, "peer_intf": b_intf}
+        )
+        ends[b].append(
+            {"uid": k + 1, "peer_pod": names[a], "local_intf": b_intf, "peer_intf": a_intf}
+        )
+    return [
+        {
+            "apiVersion": "networkop.co.uk/v1beta1",
+            "kind": "Topology",
+            "metadata": {"name": names[i], "namespace": NAMESPACE},
+            "spec": {"links": ends[i]},
+            "status": {
+                "src_ip": node_ip(i % nodes),
+                "net_ns": f"/var/run/netns/cni-{i:08x}",
+                "container_id": f"{i:064x}",
+            },
+        }
+        for i in range(pods)
+    ]
+
+
+def write_lab(db: str, nodes: int, pods: int, links: int, seed: int) -> None:
+    from meshwire.control.api.store import Store
+
+    store = Store(db)
+    for obj in generate(nodes, pods, links, seed):
+        store.create(obj)
+    store.close()
+
+
+def serve(db: str, conn: Connection) -> None:
+    """The server child: answers ("port",), ("hang", bool), ("update", n, round), ("stop",)."""
+    from meshwire.control.api.server import ApiServer
+
+    async def main() -> None:
+        server = ApiServer(db, "127.0.0.1", 0, bookmark_interval=1.0)
+        await server.start()
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                command = await loop.run_in_executor(None, conn.recv)
+                if command[0] == "stop":
+                    break
+                if command[0] == "port":
+                    conn.send(server.port)
+                elif command[0] == "hang":
+                    server.hang_watches(command[1])
+                    conn.send(None)
+                elif command[0] == "update":
+                    conn.send(await _updates(server, command[1], command[2]))
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+
+async def _updates(server: Any, count: int, round_: int) -> float:
+    """`count` status updates (plumbing_error set per round); returns seconds spent."""
+    started = time.perf_counter()
+    for i in range(count):
+        obj = server.store.get(NAMESPACE, f"p{i:05d}")
+        obj["status"]["plumbing_error"] = f"round {round_}"
+        server.store.update(obj, status=True)
+        if i % 200 == 199:
+            await asyncio.sleep(0)
+    return time.perf_counter() - started
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def measure(url: str, conn: Connection, updates: int) -> list[tuple[str, str]]:
+    from meshwire.control.informer.client import make_api_client
+    from meshwire.control.informer.informer import Informer
+    from meshwire.control.informer.sink import TableSink
+    from meshwire.control.model.topology import Topology
+    from meshwire.control.tables.table import Table
+
+    rows: list[tuple[str, str]] = [("peak RSS before the informer", f"{rss_mib():.0f} MiB")]
+    table: Table[Topology] = Table("topologies")
+    api = await make_api_client(url, "")
+    informer = Informer(api, TableSink(table))
+    started = time.perf_counter()
+    task = asyncio.create_task(informer.run())
+    await informer.synced.wait()
+    sync = time.perf_counter() - started
+    links = sum(len(t.links) for t in table.values())
+    rows += [
+        ("initial sync", f"{sync:.2f} s ({len(table)} topologies, {links} link ends)"),
+        ("peak RSS after the sync", f"{rss_mib():.0f} MiB"),
+    ]
+
+    async def delivered(round_: int) -> float:
+        last = f"{NAMESPACE}/p{updates - 1:05d}"
+        while (t := table.get(last)) is None or t.status.plumbing_error != f"round {round_}":
+            await table.wait_revision_above(table.revision)
+        return time.perf_counter()
+
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    waiter = asyncio.create_task(delivered(1))
+    writes = await loop.run_in_executor(None, _ask, conn, ("update", updates, 1))
+    live = await waiter - started
+    rows.append(
+        (
+            "live updates",
+            f"{updates / live:,.0f} events/s ({updates} in {live:.2f} s; "
+            f"server writes alone {writes:.2f} s)",
+        )
+    )
+
+    await loop.run_in_executor(None, _ask, conn, ("hang", True))
+    await loop.run_in_executor(None, _ask, conn, ("update", updates, 2))
+    waiter = asyncio.create_task(delivered(2))
+    started = time.perf_counter()
+    await loop.run_in_executor(None, _ask, conn, ("hang", False))
+    backlog = await waiter - started
+    rows.append(
+        (
+            "backlog after reconnect",
+            f"{updates / backlog:,.0f} events/s ({updates} in {backlog:.2f} s)",
+        )
+    )
+    rows += [
+        ("peak RSS at the end", f"{rss_mib():.0f} MiB"),
+        (
+            "informer counters",
+            f"lists={informer.stats.lists} relists={informer.stats.relists} "
+            f"reconnects={informer.stats.reconnects} changes={informer.stats.changes} "
+            f"MODIFIED={informer.stats.events['MODIFIED']}",
+        ),
+    ]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await api.close()  # type: ignore[no-untyped-call]
+    return rows
+
+
+def _ask(conn: Connection, command: tuple[Any, ...]) -> Any:
+    conn.send(command)
+    return conn.recv()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1500)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--links", type=int, default=20000)
+    parser.add_argument("--updates", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--uvloop", action="store_true", help="run the informer on uvloop")
+    args = parser.parse_args(argv)
+    if args.updates > args.pods:
+        parser.error("--updates: at most --pods (one update per pod per round)")
+    spawn = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="mwbench") as tmp:
+        db = str(Path(tmp) / "api.sqlite")
+        started = time.perf_counter()
+        writer = spawn.Process(
+            target=write_lab, args=(db, args.nodes, args.pods, args.links, args.seed)
+        )
+        writer.start()
+        writer.join()
+        if writer.exitcode != 0:
+            print(
+                f"informer_bench: writing the lab failed (exit {writer.exitcode})", file=sys.stderr
+            )
+            return 1
+        load = time.perf_counter() - started
+        ours, theirs = spawn.Pipe()
+        server = spawn.Process(target=serve, args=(db, theirs))
+        server.start()
+        try:
+            port = _ask(ours, ("port",))
+            run = asyncio.run
+            if args.uvloop:
+                import uvloop
+
+                run = uvloop.run
+            rows = run(measure(f"http://127.0.0.1:{port}", ours, args.updates))
+        finally:
+            ours.send(("stop",))
+            server.join(30)
+            if server.is_alive():
+                server.terminate()
+                server.join()
+    lab = f"{args.nodes} nodes, {args.pods} pods, {args.links} links"
+    rows.insert(0, ("lab", f"{lab}; written through the Store in {load:.1f} s"))
+    rows.insert(1, ("event loop", "uvloop" if args.uvloop else "asyncio"))
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
