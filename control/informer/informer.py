@@ -109,27 +109,28 @@ class Informer:
         self._backoff = Backoff(self.options.backoff, clock)
         self.stats = InformerStats()
         self.synced = asyncio.Event()
+        # Where the next watch starts: the last resourceVersion applied (list,
+        # event or bookmark), so a watch that breaks mid-stream resumes after
+        # its last event, not where it began. None: list first.
+        self._resume: str | None = None
 
     async def run(self) -> None:
         """List and watch until cancelled; never raises anything else."""
-        resource_version: str | None = None
         while True:
             try:
-                if resource_version is None:
-                    resource_version = await self._list()
-                resource_version = await self._watch(resource_version)
+                if self._resume is None:
+                    await self._list()
+                await self._watch()
             except Expired:
-                log.info(
-                    "topologies: resourceVersion %s expired (410), relisting", resource_version
-                )
-                resource_version = None
+                log.info("topologies: resourceVersion %s expired (410), relisting", self._resume)
+                self._resume = None
             except Exception as err:
                 self.stats.reconnects += 1
                 delay = self._backoff.next_delay()
                 log.warning(
                     "topologies: %s from resourceVersion %s failed: %s: %s; retrying in %.1fs",
-                    "watch" if resource_version is not None else "list",
-                    resource_version,
+                    "watch" if self._resume is not None else "list",
+                    self._resume,
                     type(err).__name__,
                     _describe(err),
                     delay,
@@ -138,8 +139,8 @@ class Informer:
 
     # -- list -----------------------------------------------------------------
 
-    async def _list(self) -> str:
-        """Apply one full list to the sink; return its resourceVersion."""
+    async def _list(self) -> None:
+        """Apply one full list to the sink and resume from its resourceVersion."""
         if self.stats.lists:
             self.stats.relists += 1
         snapshot = Snapshot()
@@ -167,21 +168,21 @@ class Informer:
             result.deleted,
             len(snapshot.unreadable),
         )
+        self._resume = resource_version
         if not self.synced.is_set():
             self._sink.mark_initialized()
             self.synced.set()
-        return resource_version
 
     # -- watch ----------------------------------------------------------------
 
-    async def _watch(self, resource_version: str) -> str:
-        """Follow one watch until the server ends it; return the last resourceVersion.
+    async def _watch(self) -> None:
+        """Follow one watch from `_resume` until the server ends it, advancing `_resume`.
 
         Raises `Expired` on 410, `WatchError` on another ERROR event or a
         stream that is not JSON lines, `ApiException` on a non-200 answer, and
         whatever aiohttp raises on a broken connection or the client timeout.
         """
-        response = await self._open_watch(resource_version)
+        response = await self._open_watch(self._resume or "")
         try:
             if response.status != 200:
                 body = await response.text()
@@ -194,13 +195,12 @@ class Informer:
             while line := await response.content.readline():
                 if not line.strip():
                     continue
-                resource_version = self._handle(_parse_line(line), resource_version)
+                self._handle(_parse_line(line))
                 received += 1
         finally:
             response.close()
         if received == 0 and self._clock() - started < SHORT_WATCH:
             raise WatchError("the server ended the watch at once without any event")
-        return resource_version
 
     async def _list_page(self, token: str | None) -> Any:
         """One page of the list (a dict as the API sent it); raises `ApiException`."""
@@ -233,8 +233,8 @@ class Informer:
             GROUP, VERSION, PLURAL, **common
         )
 
-    def _handle(self, event: dict[str, Any], resource_version: str) -> str:
-        """Apply one watch event; return the resourceVersion to resume from."""
+    def _handle(self, event: dict[str, Any]) -> None:
+        """Apply one watch event and note its resourceVersion."""
         event_type = str(event.get("type"))
         raw = event.get("object")
         self.stats.events[event_type] += 1
@@ -253,13 +253,12 @@ class Informer:
                 self.stats.unreadable += 1
         elif event_type != "BOOKMARK":
             log.warning("topologies: ignoring watch event of unknown type %r", event_type)
-            return resource_version
+            return
         meta = raw.get("metadata") if isinstance(raw, dict) else None
         seen = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if isinstance(seen, str) and seen:
-            resource_version = seen
+            self._resume = seen
             self.stats.resource_version = seen
-        return resource_version
 
 
 def _describe(err: Exception) -> str:
