@@ -1,0 +1,239 @@
+"""A dataplane worker process: moves the frames of its gRPC wires (DESIGN.md §1, §5).
+
+Control starts it as a fresh interpreter (`python -m meshwire.dataplane.worker
+--control-fd N --config JSON`, see handle.py): never a bare fork, since control
+has gRPC threads, and unlike multiprocessing's spawn it does not re-import
+control's main module. Fd N is one end of a SOCK_SEQPACKET socket pair; over it
+control sends AddWire/RemoveWire (each AddWire with the wire's TAP fd), and the
+worker sends Ready (with its data port), a WireAck per command, and every
+`report_interval` seconds a StreamReport and WireReports (messages.py).
+
+The worker serves the Wire service on its data port, writing received batches
+to its TAPs, and keeps one outgoing stream per (namespace, peer node, peer
+port), refcounted by its wires (streams.py). It exits on SIGTERM or SIGINT, or
+when control's end of the socket closes; the TAPs stay, since control keeps its
+own fds and the TAPs are persistent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import uvloop
+
+from meshwire.dataplane import fdpass, messages
+from meshwire.dataplane.netns_thread import enter_netns
+from meshwire.dataplane.receiver import Receiver
+from meshwire.dataplane.sender import Sender, target
+from meshwire.dataplane.streams import StreamKey, Streams
+from meshwire.dataplane.wirec import ID_LIMIT, WireTable, WireTableError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    # Netns path the worker serves in; empty: control's own (the node's).
+    netns: str = ""
+    listen_host: str = "127.0.0.1"
+    # 0: any free port; the one bound is reported in Ready.
+    data_port: int = 0
+    # Frames per gRPC message at most (config `dataplane.batch_frames`); 1 turns batching off.
+    batch_frames: int = 64
+    # Bytes per batch buffer: room for many MTU frames and a few 64 KiB TSO frames.
+    batch_bytes: int = 1 << 20
+    report_interval: float = 1.0
+    id_limit: int = ID_LIMIT
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m meshwire.dataplane.worker")
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--config", required=True, help="WorkerConfig as a JSON object")
+    args = parser.parse_args(argv)
+    try:
+        config = WorkerConfig(**json.loads(args.config))
+    except (TypeError, ValueError) as exc:
+        parser.error(f"--config: {exc}")
+    control = socket.socket(fileno=args.control_fd)
+    if config.netns:
+        enter_netns(config.netns)
+    logging.basicConfig(level=logging.INFO, format="meshwire worker %(process)d: %(message)s")
+    uvloop.run(Worker(config, control).serve())
+    return 0
+
+
+@dataclass(slots=True)
+class _Wire:
+    fd: int
+    peer_wire_id: int
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, control: socket.socket) -> None:
+        self._config = config
+        self._control = control
+        self._table = WireTable(config.id_limit)
+        self._tags: dict[str, int] = {}
+        self._wires: dict[int, _Wire] = {}
+        self._streams: Streams[Sender] = Streams(self._open_stream)
+        self._receiver = Receiver(self._table, self._tags)
+        self._stopping = asyncio.Event()
+        self._closing: set[asyncio.Task[None]] = set()
+        # Datagrams to control, in order (acks must follow their commands).
+        self._outbox: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stopping.set)
+        self._control.setblocking(False)
+        server: Any = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", self._config.batch_bytes + 1024),
+            ]
+        )
+        server.add_generic_rpc_handlers((self._receiver.handler(),))
+        address = target(self._config.listen_host, self._config.data_port)
+        port = server.add_insecure_port(address)
+        await server.start()
+        writer = loop.create_task(self._write_loop())
+        self._say(messages.Ready(port))
+        loop.add_reader(self._control.fileno(), self._on_command)
+        reports = loop.create_task(self._report_loop())
+        try:
+            await self._stopping.wait()
+        finally:
+            loop.remove_reader(self._control.fileno())
+            reports.cancel()
+            writer.cancel()
+            await server.stop(0.2)
+            for _, sender in self._streams.items():
+                await sender.close()
+            await asyncio.gather(*self._closing)
+            for wire in self._wires.values():
+                os.close(wire.fd)
+
+    def _open_stream(self, key: StreamKey) -> Sender:
+        return Sender(
+            key,
+            self._table,
+            lambda wire_id: self._wires[wire_id].fd,
+            self._config.batch_frames,
+            self._config.batch_bytes,
+        )
+
+    def _on_command(self) -> None:
+        while True:
+            try:
+                data, fds = fdpass.receive(self._control)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.error("control socket: %s; stopping", exc)
+                self._stopping.set()
+                return
+            if not data:
+                log.info("control closed its socket; stopping")
+                self._stopping.set()
+                return
+            self._say(self._handle(data, fds))
+
+    def _handle(self, data: bytes, fds: list[int]) -> messages.WireAck:
+        try:
+            command = messages.decode(data)
+        except messages.MessageError as exc:
+            for fd in fds:
+                os.close(fd)
+            return messages.WireAck(0, str(exc))
+        if isinstance(command, messages.AddWire) and len(fds) == 1:
+            return self._add(command, fds[0])
+        for fd in fds:
+            os.close(fd)
+        if isinstance(command, messages.RemoveWire):
+            self._remove(command.wire_id)
+            return messages.WireAck(command.wire_id)
+        wire_id = getattr(command, "wire_id", 0)
+        return messages.WireAck(wire_id, f"{command!r}: not a command, or AddWire without one fd")
+
+    def _add(self, command: messages.AddWire, fd: int) -> messages.WireAck:
+        os.set_blocking(fd, False)  # a blocking TAP would stall every wire of the worker
+        tag = self._tags.setdefault(command.namespace, len(self._tags) + 1)
+        try:
+            self._table.set(command.wire_id, fd, tag, command.peer_wire_id)
+        except WireTableError as exc:
+            os.close(fd)
+            return messages.WireAck(command.wire_id, str(exc))
+        old = self._wires.get(command.wire_id)
+        self._wires[command.wire_id] = _Wire(fd, command.peer_wire_id)
+        key = StreamKey(command.namespace, command.peer_node, command.peer_port)
+        self._close_later(self._streams.attach(command.wire_id, key))
+        if old is not None and old.fd != fd:
+            os.close(old.fd)
+        return messages.WireAck(command.wire_id)
+
+    def _remove(self, wire_id: int) -> None:
+        wire = self._wires.get(wire_id)
+        if wire is None:
+            return
+        self._close_later(self._streams.detach(wire_id))
+        del self._wires[wire_id]
+        self._table.clear(wire_id)
+        os.close(wire.fd)
+
+    def _close_later(self, sender: Sender | None) -> None:
+        if sender is not None:
+            task = asyncio.get_running_loop().create_task(sender.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def _report_loop(self) -> None:
+        while True:
+            if self._outbox.empty():  # control is keeping up: no report piles up
+                self._report()
+            await asyncio.sleep(self._config.report_interval)
+
+    def _report(self) -> None:
+        refs = self._streams.refs()
+        streams = tuple(
+            messages.StreamState(*key, refs[key], sender.batches)
+            for key, sender in self._streams.items()
+        )
+        self._say(
+            messages.StreamReport(
+                streams, self._receiver.incoming, self._table.unknown, self._receiver.malformed
+            )
+        )
+        counters = [(wire_id, self._table.counters(wire_id)) for wire_id in self._wires]
+        wires = [(wire_id, c) for wire_id, c in counters if c is not None]
+        for report in messages.wire_reports(wires):
+            self._say(report)
+
+    def _say(self, message: messages.Message) -> None:
+        self._outbox.put_nowait(messages.encode(message))
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            data = await self._outbox.get()
+            try:
+                await loop.sock_sendall(self._control, data)
+            except OSError as exc:
+                log.info("control socket: %s; stopping", exc)
+                self._stopping.set()
+                return
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
