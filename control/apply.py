@@ -4,17 +4,17 @@ Creates or updates every Topology in FILE through the official `kubernetes`
 client, against the embedded API (`--server`) or any cluster (`--kubeconfig`,
 or the default kubeconfig / in-cluster config when neither is given).
 
-FILE holds meshnet YAML: Topology objects as separate documents and/or inside
-`kind: List` items. Objects of other kinds (Pods, StatefulSets, Namespaces)
-are skipped. An object without a namespace goes to `-n` (default `default`);
-one whose namespace differs from an explicit `-n` is an error, as in kubectl.
+FILE is read by `meshwire.control.model.load`: meshnet YAML (objects of other
+kinds are skipped), a containerlab file or a KNE topology; `-` reads stdin.
+`-n` is the namespace of objects that name none; an object whose own
+namespace differs from an explicit `-n` is an error, as in kubectl.
 
-An update replaces the spec (and labels, annotations) and keeps the status the
-daemons wrote; it carries the resourceVersion it read, and is retried on a 409
+An update replaces the spec and keeps the object's metadata and the status the
+daemons wrote; it carries the resourceVersion it read and is retried on a 409
 Conflict. Prints one line per object, `topology.networkop.co.uk/NAME
 created|configured|unchanged`. Exit status: 0 when every object was applied, 1
 when any failed (each failure is printed, naming the object, and the others
-are still applied), 2 for a file that cannot be read.
+are still applied), 2 for a file or kubeconfig that cannot be read.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
@@ -31,56 +30,32 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
-from meshwire.control.model.labfile import LoadError
-from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from meshwire.control.model.yamlfile import read_documents
+from meshwire.control.model.load import LoadError, load_file, load_text
+from meshwire.control.model.topology import GROUP, PLURAL, VERSION, Topology
 
 # Attempts at a read-modify-write before giving up on an object that keeps changing.
 CONFLICT_RETRIES = 5
 
-# The metadata an apply sets; the rest (uid, resourceVersion, ...) belongs to the server.
-_APPLIED_METADATA = ("labels", "annotations")
-
 
 class ApplyError(Exception):
-    """A file whose Topologies cannot be applied as written; names the object."""
+    """A file whose Topologies cannot be applied as asked; names the object."""
 
 
-def topologies_in(documents: list[Any], namespace: str, explicit: bool) -> list[dict[str, Any]]:
-    """The Topology objects of meshnet YAML documents, namespaced, in file order.
-
-    `explicit`: `namespace` came from `-n`, so an object in another namespace is an error.
-    """
-    found: list[dict[str, Any]] = []
-    for doc in documents:
-        if not isinstance(doc, dict):
-            continue
-        items = doc.get("items") if doc.get("kind") == "List" else [doc]
-        for item in items if isinstance(items, list) else []:
-            if not isinstance(item, dict) or item.get("kind") != KIND:
-                continue
-            if item.get("apiVersion") != API_VERSION:
-                continue
-            meta: dict[str, Any] = item.get("metadata") or {}
-            if not isinstance(meta, dict):
-                raise ApplyError(f"a topology's metadata is not a mapping: {meta!r}")
-            own = meta.get("namespace") or namespace
-            if not isinstance(meta.get("name"), str) or not meta["name"]:
-                raise ApplyError(f"a topology in namespace {own!r} has no metadata.name")
-            if explicit and own != namespace:
-                raise ApplyError(
-                    f"topology {own}/{meta.get('name')}: the namespace from the file ({own!r}) "
-                    f"does not match -n {namespace!r}"
-                )
-            found.append({**item, "metadata": {**meta, "namespace": own}})
-    return found
+def objects_in(topologies: list[Topology], namespace: str | None) -> list[dict[str, Any]]:
+    """The API objects to apply; `namespace` is an explicit `-n`, checked against each."""
+    for topology in topologies:
+        if namespace is not None and topology.namespace != namespace:
+            raise ApplyError(
+                f"topology {topology.key}: the namespace from the file "
+                f"({topology.namespace!r}) does not match -n {namespace!r}"
+            )
+    return [_applied(topology.to_dict()) for topology in topologies]
 
 
-def _same(current: dict[str, Any], desired: dict[str, Any]) -> bool:
-    if current.get("spec") != desired.get("spec"):
-        return False
-    now, want = current.get("metadata", {}), desired.get("metadata", {})
-    return all(now.get(key) == want.get(key) for key in _APPLIED_METADATA)
+def _applied(obj: dict[str, Any]) -> dict[str, Any]:
+    # Status belongs to the daemons; an apply never sends one.
+    obj.pop("status", None)
+    return obj
 
 
 def apply_one(api: Any, obj: dict[str, Any]) -> str:
@@ -103,10 +78,9 @@ def apply_one(api: Any, obj: dict[str, Any]) -> str:
                     continue
                 raise
             return "created"
-        if _same(current, obj):
+        if current.get("spec") == obj["spec"]:
             return "unchanged"
-        rv = current["metadata"]["resourceVersion"]
-        body = {**obj, "metadata": {**meta, "resourceVersion": rv}}
+        body = {**current, "spec": obj["spec"]}
         try:
             api.replace_namespaced_custom_object(*target, meta["name"], body)
         except ApiException as e:
@@ -133,7 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meshwire apply", description="Create or update the Topology objects in a file."
     )
-    parser.add_argument("-f", "--filename", required=True, help="meshnet YAML file, - for stdin")
+    parser.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        help="meshnet YAML, containerlab or KNE file; - for stdin",
+    )
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--server", help="API server URL, e.g. the embedded one")
     target.add_argument("--kubeconfig", help="kubeconfig file")
@@ -145,10 +124,12 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     source = args.filename
     try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        documents = [doc.data for doc in read_documents(text, source)]
-        objects = topologies_in(documents, args.namespace or "default", args.namespace is not None)
-    except (OSError, LoadError, ApplyError) as e:
+        if source == "-":
+            topologies = load_text(sys.stdin.read(), "<stdin>", args.namespace)
+        else:
+            topologies = load_file(source, args.namespace)
+        objects = objects_in(topologies, args.namespace)
+    except (LoadError, ApplyError) as e:
         print(f"meshwire apply: {e}", file=sys.stderr)
         return 2
     try:

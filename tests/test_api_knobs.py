@@ -103,7 +103,7 @@ async def test_delay_knob_slows_every_answer(server: ApiServer) -> None:
 
 async def test_hung_watches_go_silent_until_released(server: ApiServer) -> None:
     bookmarked = f"{server.url}{WATCH}&allowWatchBookmarks=true"
-    short_read = aiohttp.ClientTimeout(sock_read=2.0)
+    short_read = aiohttp.ClientTimeout(sock_read=1.0)
     async with aiohttp.ClientSession(timeout=short_read) as session:
         async with session.get(bookmarked) as answer:
             assert json.loads(await answer.content.readline())["type"] == "BOOKMARK"

@@ -22,10 +22,11 @@ def rv(obj: dict[str, Any]) -> int:
     return int(obj["metadata"]["resourceVersion"])
 
 
-def test_create_sets_server_fields_and_ignores_the_clients() -> None:
+def test_create_sets_server_fields_and_ignores_the_clients_and_status() -> None:
     store = Store(":memory:")
     sent = topology("r1", "r2")
     sent["metadata"].update(uid="mine", resourceVersion="99", generation=7)
+    sent["status"] = {"src_ip": "10.0.0.1"}
 
     stored = store.create(sent)
 
@@ -35,6 +36,7 @@ def test_create_sets_server_fields_and_ignores_the_clients() -> None:
     assert meta["resourceVersion"] == "1"
     assert meta["creationTimestamp"].endswith("Z")
     assert stored["spec"] == sent["spec"]
+    assert "status" not in stored
     assert store.get("default", "r1") == stored
 
 

@@ -92,7 +92,10 @@ class ApiServer:
             app.add_routes(
                 [web.post("/debug/knobs", self._knobs), web.get("/debug/knobs", self._knobs)]
             )
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        app.on_shutdown.append(self._end_watches)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
@@ -107,7 +110,6 @@ class ApiServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._compactor
             self._compactor = None
-        self._broadcaster.close_all()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -134,6 +136,10 @@ class ApiServer:
             self._broadcaster.close_all()
 
     # -- internals ------------------------------------------------------------
+
+    async def _end_watches(self, _: web.Application) -> None:
+        # Runs once the listening socket is closed, so no new watch can start after it.
+        self._broadcaster.close_all()
 
     async def _compact_periodically(self) -> None:
         previous = self.store.resource_version

@@ -12,8 +12,9 @@ Contracts the server and its clients rely on:
   sends for them is ignored.
 - A write that changes nothing (same spec, status and user metadata) is not a
   write: no new resourceVersion, no event.
-- `update` of the main resource keeps the stored status, `update(status=True)`
-  changes only the status (a CRD with the status subresource).
+- `create` drops any status and `update` of the main resource keeps the
+  stored one; `update(status=True)` changes only the status (a CRD with the
+  status subresource).
 - History holds every event after the compaction floor. Asking for events or a
   snapshot at a resourceVersion older than the floor raises `Expired` (410).
 - Errors are `meshwire.control.api.errors` exceptions (NotFound, AlreadyExists,
@@ -207,7 +208,8 @@ class Store:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
         meta["generation"] = 1
-        return self._write(ADDED, {**obj, "metadata": meta}, None)
+        new = {k: v for k, v in obj.items() if k != "status"}
+        return self._write(ADDED, {**new, "metadata": meta}, None)
 
     def update(self, obj: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
         """Replaces the object, or only its status with `status=True`.
