@@ -42,6 +42,10 @@ def specs_in(path: Path) -> dict[tuple[str, str], Any]:
     return out
 
 
+def names(listed: dict[str, Any]) -> list[str]:
+    return [item["metadata"]["name"] for item in listed["items"]]
+
+
 async def run_apply(*argv: str) -> int:
     code: int = await call(apply.main, list(argv))
     return code
@@ -123,3 +127,17 @@ async def test_a_namespace_other_than_the_file_says_is_refused(
     assert await run_apply("-f", fixture, "--server", server.url, "-n", "default") == 2
     assert "does not match -n 'default'" in capsys.readouterr().err
     assert await run_apply("-f", fixture, "--server", server.url, "-n", "mlink") == 0
+
+
+async def test_a_containerlab_file_applies_as_one_topology_per_linked_node(
+    server: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = Path(__file__).parent / "data" / "trio.clab.yml"
+    assert await run_apply("-f", str(lab), "--server", server.url, "-n", "trio") == 0
+
+    created = capsys.readouterr().out.splitlines()
+    listed = await call(
+        sync_api(server.url).list_namespaced_custom_object, *TOPOLOGIES, "trio", PLURAL
+    )
+    assert created == [f"topology.networkop.co.uk/{name} created" for name in names(listed)]
+    assert names(listed) == ["r1", "r2", "r3"]
