@@ -33,6 +33,7 @@ from meshwire.control.lab.probe import http_get, tcp_open, wait_until
 from meshwire.control.lab.progress import Progress
 from meshwire.control.lab.runtime import Runtime
 from meshwire.control.lab.state import LabDir, LabState, NodeRecord, ProcessRecord
+from meshwire.control.lab.status import api_statuses
 
 API_START_TIMEOUT = 30.0
 DAEMON_READY_TIMEOUT = 60.0
@@ -255,7 +256,14 @@ def _wait_links(state: LabState, names: LabNames, links: list[LabLink], timeout:
         return out
 
     if not wait_until(lambda: not missing(), timeout, lambda: None):
+        statuses = api_statuses(state, names) or {}
+        errors = [
+            f"{pod}: {s['plumbing_error']}"
+            for pod, s in statuses.items()
+            if s.get("plumbing_error")
+        ]
         raise LabError(
             f"lab {state.name}: link ends still missing after {timeout:.0f}s: "
             + ", ".join(missing())
+            + ("; plumbing errors: " + "; ".join(errors) if errors else "")
         )
