@@ -162,7 +162,12 @@ class ApiServer:
             if not isinstance(body, dict):
                 raise errors.BadRequest("/debug/knobs: the body must be a JSON object")
             if "delay_ms" in body:
-                self.set_delay(float(body["delay_ms"]) / 1000)
+                delay = body["delay_ms"]
+                if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+                    raise errors.BadRequest(
+                        f"/debug/knobs: delay_ms: expected ms >= 0, got {delay!r}"
+                    )
+                self.set_delay(delay / 1000)
             if "hang_watches" in body:
                 self.hang_watches(bool(body["hang_watches"]))
             if body.get("drop_watches"):
