@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from meshwire.control.lab import command
-from meshwire.control.lab.runtime import read_meshnet_yaml
+from meshwire.control.lab.runtime import load_lab_file
 from meshwire.control.model.topology import Topology
 
 LAB_FILE = """\
@@ -60,7 +60,7 @@ class StubRuntime:
         (self.ready_dir / "readyz").write_text("ok\n")
 
     def load(self, path: Path) -> list[Topology]:
-        return read_meshnet_yaml(path)
+        return load_lab_file(path)
 
     def api_argv(self, db: Path, listen: str) -> list[str]:
         host, _, port = listen.rpartition(":")

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Protocol
-
-import yaml
+from typing import Protocol
 
 from meshwire.control.lab.errors import LabError
-from meshwire.control.model.topology import ModelError, Topology
+from meshwire.control.model.load import LoadError, load_file
+from meshwire.control.model.topology import Topology
 
 REPO = Path(__file__).resolve().parents[2]
 C_SHIM = REPO / "cext" / "build" / "meshwire-cni"
@@ -48,7 +47,7 @@ class MeshwireRuntime:
         self.with_daemons = with_daemons
 
     def load(self, path: Path) -> list[Topology]:
-        return read_meshnet_yaml(path)
+        return load_lab_file(path)
 
     def api_argv(self, db: Path, listen: str) -> list[str]:
         return meshwire_argv("api", "serve", "--db", str(db), "--listen", listen)
@@ -66,27 +65,9 @@ class MeshwireRuntime:
         return [sys.executable, "-m", "meshwire.control.cni.shim"]
 
 
-def read_meshnet_yaml(path: Path) -> list[Topology]:
-    """Topologies from a meshnet YAML file: documents that are a Topology, a list, or a List.
-
-    TODO(#4): becomes `meshwire.control.model.load.load_file(path)` (which also
-    reads containerlab and KNE files) once that lands.
-    """
+def load_lab_file(path: Path) -> list[Topology]:
+    """meshnet YAML, containerlab or KNE (`model/load.py`); LoadError becomes LabError."""
     try:
-        docs = list(yaml.safe_load_all(path.read_text()))
-    except OSError as exc:
-        raise LabError(f"lab file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise LabError(f"lab file {path}: not valid YAML: {exc}") from None
-    objects: list[Any] = []
-    for doc in docs:
-        if isinstance(doc, dict) and "items" in doc:
-            objects.extend(doc["items"] or [])
-        elif isinstance(doc, list):
-            objects.extend(doc)
-        elif doc is not None:
-            objects.append(doc)
-    try:
-        return [Topology.from_dict(obj) for obj in objects]
-    except ModelError as exc:
-        raise LabError(f"lab file {path}: {exc}") from None
+        return load_file(path)
+    except LoadError as exc:
+        raise LabError(f"lab file {exc}") from None

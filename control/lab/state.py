@@ -6,7 +6,7 @@ and every `meshwire lab` command finds it from any working directory):
 
     state.json            this file's `LabState`, rewritten atomically
     api.db                the embedded API's SQLite database
-    topology.yaml         a copy of the lab file the lab was built from
+    input/<file name>     a copy of the lab file the lab was built from
     nodes/<node>/config.yaml, nodes/<node>/cni.sock
     logs/<role>.log       stdout and stderr of every process the lab started
 
@@ -138,9 +138,9 @@ class LabDir:
     def db(self) -> Path:
         return self.path / "api.db"
 
-    @property
-    def topology_copy(self) -> Path:
-        return self.path / "topology.yaml"
+    def input_copy(self, original: Path) -> Path:
+        """Where the lab keeps its copy of the lab file; the name is kept (it hints the format)."""
+        return self.path / "input" / original.name
 
     def node_dir(self, node: str) -> Path:
         return self.path / "nodes" / node

@@ -75,7 +75,9 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
         inter_node_link_type=str(base.get("inter_node_link_type", "vxlan")),
     )
     lab.save(state)
-    shutil.copyfile(options.file, lab.topology_copy)
+    copy = lab.input_copy(options.file)
+    copy.parent.mkdir(exist_ok=True)
+    shutil.copyfile(options.file, copy)
     daemon_steps = options.nodes if runtime.with_daemons else 0
     progress.begin(3 + options.nodes + daemon_steps + len(topologies) + 1)
 
@@ -88,7 +90,7 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
     _start_api(lab, state, names, runtime)
     progress.step("apply topology")
     _start_host_relay(lab, state, names, progress)
-    _apply(runtime, names.hub_netns, lab.topology_copy, state.api_url)
+    _apply(runtime, names.hub_netns, copy, state.api_url)
 
     for i, node in enumerate(node_names, start=1):
         progress.step(f"node {node} {node_ip(i)}")
