@@ -15,9 +15,12 @@ What `up` builds, all named `mwl<name>-...` so nothing else is touched:
 - a hub namespace with the underlay bridge 169.254.0.1/16 and one namespace
   per simulated node (`node1` = 169.254.0.11, ...), each with a veth on the
   bridge (`nodes.py`). Nothing is added to the host's namespace.
-- the embedded API (`meshwire api serve`) on 127.0.0.1:<free port> in the host
-  namespace, for the user's commands, plus a relay listening on the bridge
-  address in the hub namespace, for the daemons (`relay.py`).
+- the embedded API (`meshwire api serve`) inside the hub namespace on
+  169.254.0.1:8001, where the daemons reach it; `meshwire apply` runs there
+  too. For the user's own commands a relay (`relay.py`) listens on
+  127.0.0.1:<free port> in the host namespace and connects into the hub; on a
+  host without a usable loopback `up` says so and goes on (the lab's own
+  commands reach the API from inside the hub and never need it).
 - per node, `meshwire daemon --config nodes/<node>/config.yaml` running inside
   the node's namespace through `nsexec.py`; the config is `--config` plus the
   node's name, address, API URL and CNI socket (`daemons.py`).
