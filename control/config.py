@@ -85,8 +85,7 @@ class CniConfig(_Section):
 class PeerConfig(_Section):
     listen: str = Field(
         default="0.0.0.0:51111",
-        description="gRPC listen address of the peer service (wire handshakes); "
-        "meshnet's port.",
+        description="gRPC listen address of the peer service (wire handshakes); meshnet's port.",
     )
     rpc_timeout: float = Field(
         default=5.0, gt=0, description="Per-RPC timeout (s) of peer handshakes (KNE #743)."

@@ -67,6 +67,10 @@ class Table(Generic[V]):
     def __len__(self) -> int:
         return len(self._rows)
 
+    def __iter__(self) -> Iterator[str]:
+        """The keys, as a snapshot: writes during iteration do not disturb it."""
+        return iter(list(self._rows))
+
     def __contains__(self, key: str) -> bool:
         return key in self._rows
 
@@ -174,10 +178,7 @@ class Table(Generic[V]):
 
     def _compact(self) -> None:
         """Drop tombstones every tracker has seen."""
-        if not self._trackers:
-            floor = self._revision
-        else:
-            floor = min(t.revision for t in self._trackers)
+        floor = min((t.revision for t in self._trackers), default=self._revision)
         for key in [k for k in self._tombstones if self._log[k].revision <= floor]:
             del self._log[key]
             self._tombstones.discard(key)

@@ -1,0 +1,227 @@
+"""The node daemon's control process: wires informer, tables, reconcilers and endpoints.
+
+    informer ─▶ topologies ─▶ desired links ─▶ links table ─▶ link reconciler ─▶ drivers
+        ▲                          │ problems         statuses │
+        └── status writer ◀── plumbing_error ◀────────────────┘
+    CNI endpoint ─▶ topologies (placement) ; /healthz /readyz /metrics
+
+Start-up order makes pruning safe: the links table is marked initialized only
+after the informer's first list has been applied and derived, and pruning
+waits for every row of that moment to be attempted once.
+
+Shutdown stops intake (CNI endpoint, informer), lets in-flight link
+operations finish, flushes status writes for a bounded time, and never tears
+links down: they keep carrying traffic while the daemon is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from meshwire.control.cni.endpoint import CniEndpoint
+from meshwire.control.config import Config
+from meshwire.control.daemon.cni_handler import DaemonCniHandler
+from meshwire.control.daemon.http import HealthServer
+from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
+from meshwire.control.informer.client import make_api_client
+from meshwire.control.informer.informer import Informer, InformerOptions
+from meshwire.control.links.driver import Drivers
+from meshwire.control.links.macvlan import MacvlanDriver
+from meshwire.control.links.veth import VethDriver
+from meshwire.control.links.vxlan import VxlanDriver
+from meshwire.control.reconcile.derive import NodeView
+from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks, new_links_table
+from meshwire.control.reconcile.prune import prune
+from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.reconcile.reconciler import LinkReconciler
+from meshwire.control.reconcile.retries import ExponentialBackoff
+from meshwire.control.reconcile.status import LinkStatus
+from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
+from meshwire.control.tables.links import LinkKind, LinkRow
+from meshwire.control.tables.topologies import TopologyTable
+
+log = logging.getLogger(__name__)
+
+# How often pods whose link errors changed get their plumbing_error rewritten.
+PLUMBING_ERROR_PERIOD = 0.2
+# Shutdown waits this long for status writes to reach the API.
+FLUSH_GRACE = 3.0
+
+
+class Daemon:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.node = NodeView(
+            node_ip=config.node_ip,
+            inter_node_link_type=config.inter_node_link_type,
+            mtu=config.mtu,
+            vni_base=config.vxlan.vni_base,
+        )
+        self.topologies = TopologyTable()
+        self.links = new_links_table()
+        self.desired = DesiredLinks(self.topologies, self.links, self.node)
+        self.driver = Drivers(
+            {
+                LinkKind.VETH: VethDriver(),
+                LinkKind.VXLAN: VxlanDriver(port=config.vxlan.port),
+                LinkKind.MACVLAN: MacvlanDriver(),
+            }
+        )
+        backoff = ExponentialBackoff(config.reconcile.backoff_min, config.reconcile.backoff_max)
+        self.queue = WorkQueue(debounce=config.reconcile.debounce, limiter=backoff)
+        self.metrics = Metrics()
+        self.reconciler = LinkReconciler(
+            self.links,
+            self.driver,
+            self.queue,
+            on_status=self._on_link_status,
+            on_duration=self.metrics.observe_reconcile,
+        )
+        self._dirty_pods: set[str] = set()
+        self._stopping = asyncio.Event()
+
+    # -- readiness --------------------------------------------------------------
+
+    def not_ready(self) -> str:
+        if not self.topologies.initialized:
+            return "topologies not synced"
+        if not self.reconciler.initial_done.is_set():
+            return "initial reconciliation not complete"
+        return ""
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    # -- run ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        api = await make_api_client(self.config.api.url, self.config.api.kubeconfig)
+        self.status = StatusWriter(
+            KubeStatusApi(api, self.config.api.request_timeout),
+            rate=self.config.reconcile.status_rate,
+        )
+        informer = Informer(
+            api,
+            self.topologies,
+            InformerOptions(
+                namespace=self.config.api.namespace,
+                request_timeout=self.config.api.request_timeout,
+                watch_timeout=self.config.api.watch_timeout,
+            ),
+        )
+        self.metrics.attach(
+            StateView(
+                queue_depth=lambda: self.queue.depth,
+                links=self.links.values,
+                statuses=lambda: self.reconciler.statuses,
+                topologies=lambda: len(self.topologies),
+                informer_counts=lambda: informer_counts(informer.stats),
+                synced=lambda: self.topologies.initialized,
+                initial_done=self.reconciler.initial_done.is_set,
+            )
+        )
+        handler = DaemonCniHandler(
+            self.config.node_ip,
+            self.topologies,
+            self.desired,
+            self.reconciler,
+            self.status.set,
+            self.config.cni.add_timeout,
+            self.not_ready,
+        )
+        endpoint = CniEndpoint(self.config.cni.socket, handler)
+        health = HealthServer(self.config.metrics.listen, self.metrics.registry, self.not_ready)
+        await health.start()
+        await endpoint.start()
+        self.status.start()
+        tasks = [
+            asyncio.create_task(informer.run(), name="informer"),
+            asyncio.create_task(self._derive_loop(), name="derive"),
+            asyncio.create_task(self.reconciler.run(), name="reconciler"),
+            asyncio.create_task(self._full_pass_loop(), name="full-pass"),
+            asyncio.create_task(self._plumbing_error_loop(), name="plumbing-error"),
+        ]
+        log.info(
+            "meshwire daemon on node %s (%s) started; CNI socket %s, metrics %s",
+            self.config.node_name,
+            self.config.node_ip,
+            self.config.cni.socket,
+            self.config.metrics.listen,
+        )
+        stopped = asyncio.create_task(self._stopping.wait())
+        try:
+            done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopped and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            log.info("meshwire daemon stopping; links stay up")
+            await endpoint.close()
+            self.reconciler.close()
+            for task in [stopped, *tasks]:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.status.flush(), FLUSH_GRACE)
+            await self.status.close()
+            self.desired.close()
+            await health.stop()
+            await api.close()  # type: ignore[no-untyped-call]
+
+    async def _derive_loop(self) -> None:
+        await self.topologies.wait_initialized()
+        self._dirty_pods |= self.desired.step()
+        self.links.mark_initialized()
+        log.info(
+            "topologies synced: %d objects, %d links for this node",
+            len(self.topologies),
+            len(self.links),
+        )
+        while True:
+            await self.desired.wait()
+            self._dirty_pods |= self.desired.step()
+
+    async def _full_pass_loop(self) -> None:
+        """Prune once the initial reconcile is done, then re-verify everything periodically."""
+        await self.reconciler.initial_done.wait()
+        log.info("initial reconciliation complete: %d links", len(self.links))
+        while True:
+            await self._prune()
+            await asyncio.sleep(self.config.reconcile.full_interval)
+            self.desired.rederive_all()
+            self.reconciler.verify_all()
+
+    async def _prune(self) -> None:
+        namespaces = {
+            t.status.net_ns
+            for key in self.topologies.on_node(self.config.node_ip)
+            if (t := self.topologies.get(key)) is not None and t.status.net_ns
+        }
+        removed = await prune(self.reconciler, self.driver, namespaces)
+        if removed:
+            self.metrics.pruned.inc(removed)
+
+    # -- plumbing_error -------------------------------------------------------
+
+    def _on_link_status(self, row: LinkRow, status: LinkStatus) -> None:
+        del status
+        self._dirty_pods |= {f"{row.namespace}/{end.pod}" for end in row.ends()}
+
+    async def _plumbing_error_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PLUMBING_ERROR_PERIOD)
+            dirty, self._dirty_pods = self._dirty_pods, set()
+            for pod in sorted(dirty):
+                self._publish_plumbing_error(pod)
+
+    def _publish_plumbing_error(self, pod: str) -> None:
+        topology = self.topologies.get(pod)
+        if topology is None or topology.status.src_ip != self.config.node_ip:
+            return
+        errors = list(self.desired.problems.get(pod, ()))
+        errors += self.reconciler.errors(self.links.lookup(POD_INDEX, pod))
+        message = "; ".join(errors)
+        if message != topology.status.plumbing_error:
+            self.status.set(pod, plumbing_error=message)

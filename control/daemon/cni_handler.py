@@ -1,0 +1,161 @@
+"""What the daemon does for each CNI command (the `CniHandler` of `cni/endpoint.py`).
+
+ADD records the pod on this node (`src_ip`, `net_ns`, `container_id` in its
+Topology status, written to the table at once and to the API coalesced), then
+waits, bounded by `cni.add_timeout`, until every link of the pod whose peer is
+running is realised. Links to peers that are not running yet do not hold the
+ADD: they are built when the peer comes up.
+
+DEL clears the pod's placement so its links are torn down here and on its
+peers' nodes; a DEL for a container id the pod no longer has (a late DEL of a
+previous sandbox) is ignored. A pod in no topology passes through untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
+from meshwire.control.model.topology import Topology
+from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks
+from meshwire.control.reconcile.reconciler import LinkReconciler
+from meshwire.control.reconcile.status import LinkStatus, State
+from meshwire.control.tables.topologies import TopologyTable
+
+log = logging.getLogger(__name__)
+
+# ADD polls its pod's links with a backoff from 10 ms to 200 ms: fast when the
+# links come up at once, cheap when it waits for a slow netlink burst.
+POLL_MIN = 0.01
+POLL_MAX = 0.2
+
+
+class DaemonCniHandler:
+    def __init__(
+        self,
+        node_ip: str,
+        topologies: TopologyTable,
+        desired: DesiredLinks,
+        reconciler: LinkReconciler,
+        set_status: Callable[..., None],
+        add_timeout: float,
+        not_ready: Callable[[], str],
+    ) -> None:
+        self.node_ip = node_ip
+        self.topologies = topologies
+        self.desired = desired
+        self.reconciler = reconciler
+        self._set_status = set_status
+        self.add_timeout = add_timeout
+        self._not_ready = not_ready
+
+    async def add(self, request: CniRequest) -> None:
+        topology = await self._topology(request)
+        if topology is None:
+            return
+        self._place(topology, request.netns, request.container_id)
+        await self._wait_links(topology.key)
+
+    async def delete(self, request: CniRequest) -> None:
+        if request.pod is None:
+            return
+        topology = self.topologies.get(request.pod.key)
+        if topology is None:
+            return
+        current = topology.status.container_id
+        if current and request.container_id and current != request.container_id:
+            log.info(
+                "CNI DEL for %s ignored: container %s is not the pod's current %s",
+                topology.key,
+                request.container_id,
+                current,
+            )
+            return
+        if topology.status.src_ip and topology.status.src_ip != self.node_ip:
+            return
+        self._place(topology, "", "", src_ip="")
+
+    async def check(self, request: CniRequest) -> None:
+        topology = await self._topology(request)
+        if topology is None:
+            return
+        converging, errors = self._progress(topology.key)
+        if errors:
+            raise CniError(ErrorCode.INTERNAL, f"pod {topology.key}: " + "; ".join(errors))
+        if converging:
+            raise CniError(ErrorCode.TRY_AGAIN_LATER, f"pod {topology.key}: links not realised yet")
+
+    async def status(self) -> None:
+        missing = self._not_ready()
+        if missing:
+            raise CniError(ErrorCode.PLUGIN_NOT_AVAILABLE, f"meshwire daemon not ready: {missing}")
+
+    async def gc(self, request: CniRequest) -> None:
+        # The daemon keeps no per-attachment state: stale links are found by the
+        # prune pass from the topologies, so there is nothing to collect here.
+        del request
+
+    # -- helpers --------------------------------------------------------------
+
+    async def _topology(self, request: CniRequest) -> Topology | None:
+        if request.pod is None:
+            return None
+        try:
+            await asyncio.wait_for(self.topologies.wait_initialized(), self.add_timeout)
+        except TimeoutError:
+            raise CniError(
+                ErrorCode.TRY_AGAIN_LATER, "meshwire daemon has not synced topologies yet"
+            ) from None
+        return self.topologies.get(request.pod.key)
+
+    def _place(
+        self, topology: Topology, netns: str, container_id: str, src_ip: str | None = None
+    ) -> None:
+        node = self.node_ip if src_ip is None else src_ip
+        status = dataclasses.replace(
+            topology.status, src_ip=node, net_ns=netns, container_id=container_id
+        )
+        if status != topology.status:
+            self.topologies.upsert(dataclasses.replace(topology, status=status))
+        self._set_status(topology.key, src_ip=node, net_ns=netns, container_id=container_id)
+
+    def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
+        """(still converging, error messages) of the pod's links.
+
+        Converging: derivation has changes to apply, or a row is pending or
+        failing with an error a retry may fix. Problems found by derivation
+        (invalid links) and permanent errors are final until the topology changes.
+        """
+        converging = self.desired.pending()
+        errors = list(self.desired.problems.get(pod_key, ()))
+        for key in sorted(self.reconciler.links.lookup(POD_INDEX, pod_key)):
+            status = self.reconciler.statuses.get(key, LinkStatus())
+            if status.state is State.ERROR:
+                errors.append(status.message)
+            if status.state is State.PENDING or (
+                status.state is State.ERROR and not status.permanent
+            ):
+                converging = True
+        return converging, errors
+
+    async def _wait_links(self, pod_key: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.add_timeout
+        delay = POLL_MIN
+        while True:
+            converging, errors = self._progress(pod_key)
+            if not converging:
+                if errors:
+                    log.warning("pod %s added; links that cannot be built: %s", pod_key, errors)
+                return
+            if loop.time() >= deadline:
+                raise CniError(
+                    ErrorCode.TRY_AGAIN_LATER,
+                    f"pod {pod_key}: links not realised within {self.add_timeout:g}s"
+                    + (f": {'; '.join(errors)}" if errors else ""),
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX)

@@ -1,0 +1,56 @@
+"""The daemon's HTTP endpoint: `/healthz`, `/readyz` and `/metrics` (config `metrics.listen`).
+
+`/healthz` answers 200 while the event loop runs. `/readyz` answers 200 once
+the informer has synced and the initial reconciliation is done, and 503 with
+the missing condition before that. `/metrics` is Prometheus text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class HealthServer:
+    def __init__(
+        self,
+        listen: str,
+        registry: CollectorRegistry,
+        not_ready: Callable[[], str],
+    ) -> None:
+        """`not_ready()` returns "" when ready, else what is still missing."""
+        host, _, port = listen.rpartition(":")
+        self.host = host.strip("[]") or "0.0.0.0"
+        self.port = int(port)
+        self._registry = registry
+        self._not_ready = not_ready
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        missing = self._not_ready()
+        if missing:
+            return web.Response(status=503, text=f"not ready: {missing}\n")
+        return web.Response(text="ready\n")
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = generate_latest(self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

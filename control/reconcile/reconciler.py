@@ -1,0 +1,217 @@
+"""The link reconciler: makes the kernel equal to the `links` table, key by key.
+
+What a caller may rely on:
+
+- Every change to a row (insert, update, delete) queues its key; the queue
+  coalesces, debounces and never runs one key twice at once.
+- A row is realised by `driver.update(row)`, which reads the kernel back and
+  repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
+  deleting what does not exist is success. When a row's ends move (new netns,
+  new name) the old ends are deleted first.
+- A `LinkError` is retried with per-key backoff (100 ms doubling to 60 s); a
+  `SpecError` is recorded and waits for a change or the next full pass. Every
+  failure is in `statuses`; nothing is dropped.
+- `initial_done` is set once the table was initialized and every row that
+  existed at that moment has been attempted once (success or recorded error).
+  Pruning waits for it (`prune.py`), so a transient failure at start can never
+  delete a valid link.
+- After `close()`, no driver call starts; one in flight finishes.
+- Driver calls run in a thread pool: netlink (pyroute2) must not run on the
+  event loop, which may be uvloop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from meshwire.control.links.driver import LinkDriver
+from meshwire.control.links.errors import SpecError
+from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.reconcile.status import LinkStatus, State
+from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.table import Table
+
+log = logging.getLogger(__name__)
+
+# Keys reconciled concurrently; each holds one pool thread while in the driver.
+DEFAULT_CONCURRENCY = 4
+
+
+def _placement(row: LinkRow) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What identifies a realised link in the kernel: its kind and where its ends are."""
+    return row.kind, tuple((end.netns, end.intf) for end in row.ends())
+
+
+class LinkReconciler:
+    def __init__(
+        self,
+        links: Table[LinkRow],
+        driver: LinkDriver,
+        queue: WorkQueue,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        on_status: Callable[[LinkRow, LinkStatus], None] | None = None,
+        on_duration: Callable[[str, float, bool], None] | None = None,
+    ) -> None:
+        self.links = links
+        self.driver = driver
+        self.queue = queue
+        self.concurrency = concurrency
+        self.statuses: dict[str, LinkStatus] = {}
+        self.initial_done = asyncio.Event()
+        self._on_status = on_status
+        self._on_duration = on_duration
+        # Rows as last realised, to know what to delete when a row's ends move
+        # or the row goes away. Lost on restart; pruning covers what it misses.
+        self._realised: dict[str, LinkRow] = {}
+        # Deleted rows not yet torn down (the table no longer has them).
+        self._deleted: dict[str, LinkRow] = {}
+        self._initial: set[str] | None = None
+        self._closed = False
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="netlink")
+        self._tracker = links.track()
+
+    # -- loop -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Feed the queue from table changes and run the workers until closed."""
+        workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
+        initial = asyncio.create_task(self._track_initial())
+        try:
+            while not self._closed:
+                self._intake()
+                await self._tracker.wait()
+        finally:
+            initial.cancel()
+            self.queue.shutdown()
+            await asyncio.gather(initial, *workers, return_exceptions=True)
+
+    async def _track_initial(self) -> None:
+        await self.links.wait_initialized()
+        self._initial = set(self.links.keys())
+        self._check_initial()
+
+    def _intake(self) -> None:
+        for change in self._tracker.next():
+            if change.deleted:
+                self._deleted[change.key] = change.obj
+                self.statuses.pop(change.key, None)
+            else:
+                self._deleted.pop(change.key, None)
+                self._set_status(change.obj, LinkStatus())
+            self.queue.add(change.key)
+
+    def verify_all(self) -> None:
+        """Queue every row for a check against the kernel (the full pass)."""
+        for key in self.links:
+            self.queue.add(key)
+
+    async def _worker(self) -> None:
+        while (key := await self.queue.get()) is not None:
+            try:
+                await self._reconcile(key)
+            finally:
+                self.queue.done(key)
+
+    async def _reconcile(self, key: str) -> None:
+        if self._closed:
+            return
+        row = self.links.get(key)
+        started = time.monotonic()
+        try:
+            if row is None:
+                old = self._deleted.pop(key, None) or self._realised.get(key)
+                if old is not None:
+                    await self._call(self.driver.delete, old)
+                self._realised.pop(key, None)
+                self.queue.forget(key)
+                self._record_duration("delete", started, True)
+                return
+            previous = self._realised.get(key)
+            if previous is not None and _placement(previous) != _placement(row):
+                await self._call(self.driver.delete, previous)
+            await self._call(self.driver.update, row)
+        except Exception as exc:  # every failure is recorded and retried, never dropped
+            self._failed(key, row, exc)
+            self._record_duration("delete" if row is None else "update", started, False)
+            return
+        self._realised[key] = row
+        self.queue.forget(key)
+        self._set_status(row, LinkStatus(State.DONE))
+        self._record_duration("update", started, True)
+
+    def _failed(self, key: str, row: LinkRow | None, exc: Exception) -> None:
+        permanent = isinstance(exc, SpecError)
+        if row is None:
+            log.warning("deleting link %s failed: %s", key, exc)
+        else:
+            status = self.statuses.get(key, LinkStatus()).failed(str(exc), permanent)
+            self._set_status(row, status)
+            log.warning(
+                "link %s failed (attempt %d%s): %s",
+                key,
+                status.attempts,
+                ", not retried until it changes" if permanent else "",
+                exc,
+            )
+        if not permanent:
+            self.queue.add_rate_limited(key)
+
+    async def _call(self, method: Callable[[LinkRow], None], row: LinkRow) -> None:
+        if self._closed:
+            return
+        await asyncio.get_running_loop().run_in_executor(self._pool, method, row)
+
+    # -- status ---------------------------------------------------------------
+
+    def _set_status(self, row: LinkRow, status: LinkStatus) -> None:
+        if self.links.get(row.key) is None:
+            return
+        self.statuses[row.key] = status
+        if self._on_status is not None:
+            self._on_status(row, status)
+        self._check_initial()
+
+    def _check_initial(self) -> None:
+        if self._initial is None or self.initial_done.is_set():
+            return
+        self._initial = {
+            key
+            for key in self._initial
+            if key in self.links and self.statuses.get(key, LinkStatus()).state is State.PENDING
+        }
+        if not self._initial:
+            self.initial_done.set()
+
+    def _record_duration(self, op: str, started: float, ok: bool) -> None:
+        if self._on_duration is not None:
+            self._on_duration(op, time.monotonic() - started, ok)
+
+    def errors(self, keys: set[str]) -> list[str]:
+        """Error messages of the rows `keys` (say, a pod's rows), in key order."""
+        out = []
+        for key in sorted(keys):
+            status = self.statuses.get(key)
+            if status is not None and status.state is State.ERROR:
+                out.append(status.message)
+        return out
+
+    def ends_wanted(self) -> set[tuple[str, str]]:
+        """(netns, interface) of every end some row wants; pruning keeps these."""
+        wanted: set[tuple[str, str]] = set()
+        for row in self.links.values():
+            wanted |= {(end.netns, end.intf) for end in row.ends()}
+        return wanted
+
+    # -- shutdown -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop intake and driver calls; in-flight calls finish, links stay up."""
+        self._closed = True
+        self.queue.shutdown()
+        self._tracker.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
