@@ -243,14 +243,19 @@ def load_config(
     data: dict[str, Any] = {}
     if path:
         data = _read_file(Path(path))
-    for key, value in _from_env(os.environ if env is None else env).items():
+    # Dotted key -> where its value came from, when not from the file: an
+    # error must send the reader to the variable or flag, not to the file.
+    origins: dict[str, str] = {}
+    for key, (name, value) in _from_env(os.environ if env is None else env).items():
         _set_dotted(data, key, value)
+        origins[key] = f"environment {name}"
     for key, value in (overrides or {}).items():
         _set_dotted(data, key, value)
+        origins[key] = "command line"
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, path)) from None
+        raise ConfigError(_describe(exc, path, origins)) from None
     if not config.node_ip:
         raise ConfigError("node_ip: required (this node's address, e.g. 10.0.0.5)")
     return config
@@ -283,12 +288,13 @@ def _read_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def _from_env(env: Mapping[str, str]) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _from_env(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Dotted key -> (variable name, value) for every `MESHWIRE_*` variable."""
+    out: dict[str, tuple[str, str]] = {}
     for name, value in env.items():
         if name.startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX) :].lower().replace(ENV_NESTING, ".")
-            out[key] = value
+            out[key] = (name, value)
     return out
 
 
@@ -303,19 +309,20 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _describe(exc: ValidationError, path: str | Path | None) -> str:
-    where = f"config file {path}: " if path else "config: "
+def _describe(exc: ValidationError, path: str | Path | None, origins: Mapping[str, str]) -> str:
+    default_where = f"config file {path}" if path else "config"
     lines = []
     for error in exc.errors():
         key = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        where = origins.get(key, default_where)
         if error["type"] == "extra_forbidden":
-            lines.append(f"{key}: unknown key")
+            lines.append(f"{where}: {key}: unknown key")
         else:
             if error["type"] == "value_error":
-                lines.append(f"{key}: {error['msg'].removeprefix('Value error, ')}")
+                lines.append(f"{where}: {key}: {error['msg'].removeprefix('Value error, ')}")
             else:
-                lines.append(f"{key}: {error['msg']} (got {error.get('input')!r})")
-    return where + "; ".join(lines)
+                lines.append(f"{where}: {key}: {error['msg']} (got {error.get('input')!r})")
+    return "; ".join(lines)
 
 
 def defaults_yaml() -> str:
