@@ -1,0 +1,84 @@
+"""deploy/ is complete and every object is a well-formed Kubernetes object.
+
+`kubectl apply -k deploy/` takes the files the kustomization lists; each
+object must survive a trip through the official client's model, so a
+misspelt or misplaced field (which the API server would drop or reject)
+fails here. The image is not built in these tests (no container runtime):
+its Dockerfile is only checked against the repository it copies.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from deploy_helpers import DEPLOY, MODELS, kustomization, manifests, one, round_trip
+
+from meshwire.control.cni.install import DEFAULT_SHIM
+
+REPO = DEPLOY.parent
+
+
+def test_the_kustomization_lists_every_manifest_in_deploy() -> None:
+    listed = kustomization()["resources"]
+    on_disk = sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(listed) == on_disk
+    assert listed.index("namespace.yaml") < listed.index("rbac.yaml")
+
+
+def test_the_kustomization_names_the_image_the_daemonset_uses() -> None:
+    image = one("DaemonSet")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.partition(":")[0] in [i["name"] for i in kustomization()["images"]]
+
+
+def test_deploy_holds_one_of_each_object_meshwire_needs() -> None:
+    kinds = sorted(obj["kind"] for obj in manifests())
+    assert kinds == sorted(MODELS)
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_each_object_has_only_fields_kubernetes_knows(kind: str) -> None:
+    obj = one(kind)
+    assert round_trip(obj) == obj
+
+
+def test_the_round_trip_drops_a_misspelt_field() -> None:
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "dta": {"a": "b"}}
+    assert round_trip(obj) != obj
+
+
+def test_the_daemonsets_selector_matches_its_pods() -> None:
+    daemonset = one("DaemonSet")["spec"]
+    labels = daemonset["template"]["metadata"]["labels"]
+    assert daemonset["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_the_configmap_the_daemonset_mounts_is_the_one_deploy_creates() -> None:
+    volumes = one("DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    names = [v["configMap"]["name"] for v in volumes if "configMap" in v]
+    assert names == [one("ConfigMap")["metadata"]["name"]]
+    assert yaml.safe_load(one("ConfigMap")["data"]["config.yaml"])
+
+
+def dockerfile() -> str:
+    return (DEPLOY / "Dockerfile").read_text()
+
+
+def test_the_image_is_python_3_11_slim_and_builds_the_compiled_parts() -> None:
+    assert re.findall(r"^FROM (\S+)", dockerfile(), re.M)[-1] == "python:3.11-slim"
+    assert "bash scripts/build.sh" in dockerfile()
+
+
+def test_the_dockerfile_copies_only_what_exists_in_the_repository() -> None:
+    for line in re.findall(r"^COPY (?!--from)(.+)$", dockerfile(), re.M):
+        *sources, _ = line.split()
+        for source in sources:
+            assert (REPO / source).exists(), source
+
+
+def test_the_image_puts_the_shim_where_cni_install_looks_for_it() -> None:
+    workdir = re.findall(r"^WORKDIR (\S+)", dockerfile(), re.M)[0]
+    shim = DEFAULT_SHIM.relative_to(REPO)
+    assert f"test -x {shim}" in dockerfile()
+    assert f"ENV PATH={workdir}/.venv/bin:" in dockerfile()

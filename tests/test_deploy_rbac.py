@@ -1,0 +1,114 @@
+"""The daemon's ServiceAccount may do exactly what the daemon's code calls, no more.
+
+The calls are read from the source of every module the daemon loads (its
+command and its app, imported in a fresh interpreter), so a new API call
+without its RBAC rule fails here, and so does a rule nothing uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes.client
+from deploy_helpers import manifests, one, pod_spec
+
+from meshwire.control.model.topology import GROUP, PLURAL
+
+# kubernetes client method -> (verb, subresource suffix) for custom objects.
+CALL = re.compile(
+    r"\.(list|get|create|replace|patch|delete)_(?:namespaced|cluster)_custom_object"
+    r"(_status)?(?:_with_http_info|_without_preload_content)?\("
+)
+WATCH_ARG = re.compile(r"[\"']?watch[\"']?\s*[:=]\s*True")
+API_CLASS = re.compile(r"\b([A-Z]\w*Api)\b")
+
+DAEMON_MODULES = """
+import json, sys
+import meshwire.control.daemon.command, meshwire.control.daemon.app
+files = {m.__file__ for n, m in sys.modules.items() if n.startswith("meshwire.") and m.__file__}
+print(json.dumps(sorted(files)))
+"""
+
+
+@functools.cache
+def daemon_sources() -> dict[Path, str]:
+    result = subprocess.run(
+        [sys.executable, "-c", DAEMON_MODULES], capture_output=True, text=True, check=True
+    )
+    return {Path(p): Path(p).read_text() for p in json.loads(result.stdout)}
+
+
+def calls_in(source: str) -> set[tuple[str, str]]:
+    """(verb, resource) pairs of the custom-object calls in one module's source."""
+    out: set[tuple[str, str]] = set()
+    for verb, status in CALL.findall(source):
+        resource = PLURAL + ("/status" if status else "")
+        out.add((verb, resource))
+        if verb == "list" and WATCH_ARG.search(source):
+            out.add(("watch", resource))
+    return out
+
+
+def granted() -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    for rule in one("ClusterRole")["rules"]:
+        assert rule["apiGroups"] == [GROUP], rule
+        out |= {(verb, res) for verb in rule["verbs"] for res in rule["resources"]}
+    return out
+
+
+def test_the_call_finder_reads_verbs_and_the_status_subresource() -> None:
+    source = (
+        'await api.list_cluster_custom_object_without_preload_content(G, V, P, "watch": True)\n'
+        "await api.patch_namespaced_custom_object_status(group=G)\n"
+    )
+    assert calls_in(source) == {
+        ("list", "topologies"),
+        ("watch", "topologies"),
+        ("patch", "topologies/status"),
+    }
+
+
+def test_the_cluster_role_grants_exactly_what_the_daemon_calls() -> None:
+    called: set[tuple[str, str]] = set()
+    for source in daemon_sources().values():
+        called |= calls_in(source)
+    assert called, "found no API call in the daemon's modules: the call finder is broken"
+    assert granted() == called
+
+
+def test_the_daemon_uses_no_kubernetes_api_but_custom_objects() -> None:
+    kube_apis = {name for name in dir(kubernetes.client) if name.endswith("Api")}
+    used: set[str] = set()
+    for source in daemon_sources().values():
+        used |= set(API_CLASS.findall(source)) & kube_apis
+    assert used == {"CustomObjectsApi"}
+
+
+def test_the_role_is_bound_to_the_daemonsets_service_account() -> None:
+    account = one("ServiceAccount")["metadata"]
+    binding = one("ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": one("ClusterRole")["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+    assert pod_spec()["serviceAccountName"] == account["name"]
+    daemonset = one("DaemonSet")["metadata"]
+    assert daemonset["namespace"] == account["namespace"]
+
+
+def test_every_namespaced_object_lives_in_the_namespace_deploy_creates() -> None:
+    namespace = one("Namespace")["metadata"]["name"]
+    cluster_wide = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for obj in manifests():
+        if obj["kind"] not in cluster_wide:
+            assert obj["metadata"]["namespace"] == namespace, obj["kind"]
