@@ -124,9 +124,11 @@ class LinkReconciler:
         started = time.monotonic()
         try:
             if row is None:
-                old = self._deleted.pop(key, None) or self._realised.get(key)
+                # Popped only once the delete succeeded: a failed delete is retried.
+                old = self._deleted.get(key) or self._realised.get(key)
                 if old is not None:
                     await self._call(self.driver.delete, old)
+                self._deleted.pop(key, None)
                 self._realised.pop(key, None)
                 self.queue.forget(key)
                 self._record_duration("delete", started, True)
