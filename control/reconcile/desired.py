@@ -79,7 +79,7 @@ class DesiredLinks:
         for key, row in derived.rows.items():
             if self.links.get(key) != row:
                 self.links.upsert(key, row)
-        for key in stale - derived.rows.keys():
+        for key in sorted(stale - derived.rows.keys()):
             log.debug("link %s no longer wanted", key)
             self.links.delete(key)
 
