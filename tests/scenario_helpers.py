@@ -1,0 +1,274 @@
+"""Shared pieces of the scenario tests: a real lab on one node, what a user would look at.
+
+Scenarios run through `meshwire lab` (the embedded API, a real daemon and the
+real CNI shim, each pod a network namespace) with every pod on one simulated
+node, so every link is a veth. A lab is unique per test (`lab_helpers.unique_lab`)
+and `lab down` runs on exit, even on failure; everything the lab creates is
+named `mwl<name>-`, inside namespaces, never on the host's own loopback.
+
+What a scenario asserts is what a user sees: interfaces in a pod (name,
+ifindex, addresses, up), a ping across a link, `lab status --json`, the
+daemon's metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lab_helpers import Lab, unique_lab
+from pyroute2 import IPRoute
+
+from meshwire.control.lab import netns, ops, pods
+from meshwire.control.lab.links import LabLink, lab_links, topologies_of
+from meshwire.control.lab.names import LabNames
+from meshwire.control.lab.nsexec import argv_for
+from meshwire.control.lab.probe import http_get
+from meshwire.control.lab.runtime import MeshwireRuntime
+from meshwire.control.lab.state import LabDir, LabState
+from meshwire.control.lab.status import gather
+
+FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+NODE = "node1"
+# Generous bounds for waiting on a condition; never a timing assertion.
+WAIT = 15.0
+POLL = 0.01
+IFF_UP = 0x1
+
+
+@dataclass(frozen=True, slots=True)
+class Interface:
+    name: str
+    ifindex: int
+    kind: str
+    up: bool
+    alias: str
+    addresses: tuple[str, ...]
+
+
+@dataclass
+class OneNodeLab:
+    """A running lab with every pod on `node1`."""
+
+    lab: Lab
+
+    @property
+    def names(self) -> LabNames:
+        return LabNames(self.lab.name)
+
+    @property
+    def dir(self) -> LabDir:
+        return LabDir(self.lab.directory)
+
+    def state(self) -> LabState:
+        return self.dir.load()
+
+    def pod_netns(self, pod: str, namespace: str = "default") -> str:
+        return self.names.pod_netns(namespace, pod)
+
+    @property
+    def node_netns(self) -> str:
+        return self.names.node_netns(NODE)
+
+    # -- what a user sees -------------------------------------------------
+
+    def interfaces(self, pod: str, namespace: str = "default") -> dict[str, Interface]:
+        """Every interface of the pod but lo, read from the kernel now."""
+        return read_interfaces(self.pod_netns(pod, namespace))
+
+    def ping(self, pod: str, address: str, namespace: str = "default") -> bool:
+        argv = ["ping", "-c", "1", "-W", "2", address]
+        done = run_in(self.pod_netns(pod, namespace), argv)
+        return done.returncode == 0
+
+    def status(self) -> dict[str, Any]:
+        """What `meshwire lab status --json` prints."""
+        return gather(self.state(), self.names)
+
+    def metric(self, name: str) -> float:
+        """A sample of the node daemon's /metrics (0 when the series is absent)."""
+        host, _, port = self.state().nodes[NODE].metrics.rpartition(":")
+        answer = http_get(host, int(port), "/metrics", netns=self.node_netns)
+        assert answer is not None and answer[0] == 200, f"no /metrics from {NODE}'s daemon"
+        match = re.search(rf"^{re.escape(name)} (\S+)$", answer[1], re.MULTILINE)
+        return float(match.group(1)) if match else 0.0
+
+    def links(self) -> list[LabLink]:
+        """The links of the lab file, as `lab check` knows them."""
+        state = self.state()
+        placement = {key: pod.node for key, pod in state.pods.items()}
+        return lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+
+    # -- what a user does -------------------------------------------------
+
+    def apply(self, topologies: list[dict[str, Any]]) -> None:
+        """`meshwire apply -f` of edited Topology objects, from inside the hub."""
+        path = self.lab.directory.parent / f"edit-{time.monotonic_ns()}.yaml"
+        path.write_text(yaml.safe_dump_all(topologies))
+        argv = argv_for(
+            self.names.hub_netns, MeshwireRuntime().apply_argv(path, self.state().api_url)
+        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, f"apply failed: {done.stdout} {done.stderr}"
+
+    def cni_del(self, pod: str) -> None:
+        """The runtime stops the pod: CNI DEL through the shim (the netns stays)."""
+        state = self.state()
+        pods.detach(self.dir, state, state.pod(pod), MeshwireRuntime().cni_argv())
+
+    def cni_add(self, pod: str) -> None:
+        """The runtime starts the pod again in its netns: CNI ADD with a new container id."""
+        state = self.state()
+        pods.attach(self.dir, state, state.pod(pod), MeshwireRuntime().cni_argv())
+
+    def restart_pod(self, pod: str) -> float:
+        """`lab restart-pod` step by step (DEL, new netns, ADD); returns seconds from
+        the ADD's start until every link end of the pod exists and is up (bounded)."""
+        state = self.state()
+        record = state.pod(pod)
+        shim = MeshwireRuntime().cni_argv()
+        pods.detach(self.dir, state, record, shim)
+        pods.recreate_netns(self.dir, state, record)
+        started = time.monotonic()
+        pods.attach(self.dir, state, record, shim)
+        wait_until(lambda: self.links_up(record.key), f"links of {record.key} up")
+        return time.monotonic() - started
+
+    def kill_daemon(self) -> None:
+        """`lab kill-daemon node1`: SIGKILL, start again, wait until /readyz says ready."""
+        ops.kill_daemon(self.dir, self.state(), MeshwireRuntime(), NODE)
+
+    def links_up(self, pod_key: str) -> bool:
+        """Whether both ends of every link of `pod_key` exist and are up."""
+        for link in self.links():
+            if pod_key not in (link.a.pod, link.b.pod):
+                continue
+            for end in (link.a, link.b):
+                namespace, _, pod = end.pod.partition("/")
+                found = read_interfaces(self.pod_netns(pod, namespace)).get(end.intf)
+                if found is None or not found.up:
+                    return False
+        return True
+
+
+@contextlib.contextmanager
+def one_node_lab(tmp_path: Path, fixture: str) -> Iterator[OneNodeLab]:
+    """`meshwire lab up FIXTURE --nodes 1` (a file of meshnet's own tests); down on exit."""
+    text = (FIXTURES / fixture).read_text()
+    with unique_lab(tmp_path, text) as lab:
+        assert lab.run("up", str(lab.file), "--nodes", "1", "--wait", "60") == 0
+        yield OneNodeLab(lab)
+
+
+def read_interfaces(ns: str) -> dict[str, Interface]:
+    """The interfaces of netns `ns` (name or path) but lo; {} when the netns is gone."""
+
+    def read() -> dict[str, Interface]:
+        with IPRoute() as ipr:
+            addresses: dict[int, list[str]] = {}
+            for msg in ipr.get_addr():
+                if msg["scope"] != 0:  # link-local (fe80::) addresses come by themselves
+                    continue
+                address = msg.get_attr("IFA_ADDRESS")
+                addresses.setdefault(msg["index"], []).append(f"{address}/{msg['prefixlen']}")
+            out = {}
+            for msg in ipr.get_links():
+                name = msg.get_attr("IFLA_IFNAME")
+                if name == "lo":
+                    continue
+                info = msg.get_attr("IFLA_LINKINFO")
+                out[name] = Interface(
+                    name=name,
+                    ifindex=msg["index"],
+                    kind=(info.get_attr("IFLA_INFO_KIND") if info else "") or "",
+                    up=bool(msg["flags"] & IFF_UP) and msg.get_attr("IFLA_OPERSTATE") == "UP",
+                    alias=msg.get_attr("IFLA_IFALIAS") or "",
+                    addresses=tuple(sorted(addresses.get(msg["index"], []))),
+                )
+            return out
+
+    try:
+        return netns.in_netns(ns, read)
+    except FileNotFoundError:
+        return {}
+
+
+def add_foreign(ns: str, name: str, alias: str = "") -> None:
+    """An interface in `ns` as a NOS (no alias) or an earlier meshwire (alias) left it.
+
+    A bridge: this kernel has no dummy module, and a bridge is what a NOS makes."""
+
+    def add() -> None:
+        with IPRoute() as ipr:
+            ipr.link("add", ifname=name, kind="bridge")
+            index = ipr.link_lookup(ifname=name)[0]
+            if alias:
+                ipr.link("set", index=index, ifalias=alias)
+            ipr.link("set", index=index, state="up")
+
+    netns.in_netns(ns, add)
+
+
+def run_in(ns: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv_for(ns, argv), capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+@contextlib.contextmanager
+def ping_running(ns: str, address: str, interval: float = 0.01) -> Iterator[Callable[[], str]]:
+    """A ping from `ns` to `address` every `interval` s for the block; yields a function
+    that stops it and returns its summary (`N packets transmitted, M received, ...`)."""
+    argv = argv_for(ns, ["ping", "-i", str(interval), "-W", "1", address])
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def stop() -> str:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        return next((line for line in out.splitlines() if "transmitted" in line), out)
+
+    try:
+        yield stop
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def loss(summary: str) -> tuple[int, int]:
+    """(transmitted, received) from ping's summary line."""
+    match = re.search(r"(\d+) packets transmitted, (\d+) received", summary)
+    assert match, f"no ping summary in {summary!r}"
+    return int(match.group(1)), int(match.group(2))
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(POLL)
+
+
+def topologies(fixture: str) -> list[dict[str, Any]]:
+    """The Topology objects of a fixture file, as dicts a test may edit and apply."""
+    out = []
+    for document in yaml.safe_load_all((FIXTURES / fixture).read_text()):
+        for item in (document or {}).get("items", [document]):
+            if item and item.get("kind") == "Topology":
+                out.append(item)
+    return out
+
+
+def link_of(topology: dict[str, Any], uid: int) -> dict[str, Any]:
+    found: dict[str, Any] = next(x for x in topology["spec"]["links"] if x["uid"] == uid)
+    return found
