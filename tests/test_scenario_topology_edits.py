@@ -1,0 +1,93 @@
+"""Issue #3: a running topology is edited with `meshwire apply`, on one node.
+
+The lab is meshnet's 3node.yml with every pod on one node; each test edits the
+Topology objects as a user would (remove a link, add one, change an address)
+and applies them. What must follow: the kernel changes exactly as the edit says
+and nothing else is touched (every other interface keeps its ifindex).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scenario_helpers import Interface, OneNodeLab, link_of, one_node_lab, topologies, wait_until
+
+pytestmark = pytest.mark.root
+
+PODS = ("r1", "r2", "r3")
+
+
+def snapshot(lab: OneNodeLab) -> dict[str, dict[str, Interface]]:
+    return {pod: lab.interfaces(pod) for pod in PODS}
+
+
+def by_name(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {obj["metadata"]["name"]: obj for obj in objects}
+
+
+def test_a_link_removed_from_a_running_topology_loses_both_ends_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        before = snapshot(lab)
+        edited = by_name(topologies("3node.yml"))
+        for pod in ("r2", "r3"):
+            edited[pod]["spec"]["links"] = [
+                x for x in edited[pod]["spec"]["links"] if x["uid"] != 3
+            ]
+        lab.apply(list(edited.values()))
+
+        wait_until(
+            lambda: "eth2" not in lab.interfaces("r2") and "eth2" not in lab.interfaces("r3"),
+            "both ends of link 3 gone",
+        )
+        del before["r2"]["eth2"], before["r3"]["eth2"]
+        assert snapshot(lab) == before
+        assert lab.ping("r2", "12.12.12.1") and lab.ping("r3", "13.13.13.1")
+
+
+def test_a_link_added_to_a_running_topology_is_created(tmp_path: Path) -> None:
+    # meshnet #81: links added after the pods started were never created.
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        before = snapshot(lab)
+        edited = by_name(topologies("3node.yml"))
+        edited["r1"]["spec"]["links"].append(
+            {"uid": 4, "peer_pod": "r2", "local_intf": "eth3", "peer_intf": "eth3",
+             "local_ip": "14.14.14.1/24", "peer_ip": "14.14.14.2/24"}
+        )  # fmt: skip
+        edited["r2"]["spec"]["links"].append(
+            {"uid": 4, "peer_pod": "r1", "local_intf": "eth3", "peer_intf": "eth3",
+             "local_ip": "14.14.14.2/24", "peer_ip": "14.14.14.1/24"}
+        )  # fmt: skip
+        lab.apply(list(edited.values()))
+
+        wait_until(lambda: lab.ping("r1", "14.14.14.2"), "a ping across the new link 4")
+        after = snapshot(lab)
+        new_r1, new_r2 = after["r1"].pop("eth3"), after["r2"].pop("eth3")
+        assert after == before
+        assert (new_r1.kind, new_r1.addresses, new_r1.alias) == (
+            "veth",
+            ("14.14.14.1/24",),
+            "meshwire:default/4",
+        )
+        assert new_r2.addresses == ("14.14.14.2/24",)
+
+
+def test_a_changed_local_ip_moves_the_address_and_keeps_the_interface(tmp_path: Path) -> None:
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        before = snapshot(lab)
+        edited = by_name(topologies("3node.yml"))
+        link_of(edited["r1"], 1).update(local_ip="12.12.99.1/24", peer_ip="12.12.99.2/24")
+        link_of(edited["r2"], 1).update(local_ip="12.12.99.2/24", peer_ip="12.12.99.1/24")
+        lab.apply(list(edited.values()))
+
+        wait_until(lambda: lab.ping("r1", "12.12.99.2"), "a ping to r2's new address")
+        after = snapshot(lab)
+        for pod, address in (("r1", "12.12.99.1/24"), ("r2", "12.12.99.2/24")):
+            # The same interface, with the new address only: the old one is gone.
+            assert after[pod]["eth1"].ifindex == before[pod]["eth1"].ifindex
+            assert after[pod]["eth1"].addresses == (address,)
+            del after[pod]["eth1"], before[pod]["eth1"]
+        assert after == before
