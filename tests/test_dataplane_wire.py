@@ -228,6 +228,19 @@ async def test_a_killed_worker_restarted_and_handed_its_fds_again_resumes_traffi
         close_pods(a, b)
 
 
+async def test_a_worker_stopped_by_sigterm_exits_cleanly_and_the_pods_keep_their_taps(
+    prefix: str,
+) -> None:
+    a = make_pod(prefix, "a", "10.0.0.1/24")
+    try:
+        async with workers(make_node(prefix), 1) as (node_a,):
+            await node_a.add_wire(AddWire(1, "lab", NODE, 1, 2), a.fd)
+            assert await node_a.stop() == 0
+        assert tap_info(a.fd) == ("eth1", True)
+    finally:
+        close_pods(a)
+
+
 def stream_refs(handle: WorkerHandle) -> list[int]:
     return [s.refs for s in handle.streams.streams] if handle.streams else [-1]
 
