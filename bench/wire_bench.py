@@ -199,14 +199,15 @@ def iperf(client: Pod, server: Pod, seconds: float, udp: bool) -> dict[str, Any]
             run = subprocess.run(
                 command, capture_output=True, text=True, check=False, timeout=seconds + 30
             )
-            if run.returncode == 0:
-                output = json.loads(run.stdout)
-                if "error" in output:
-                    raise RuntimeError(f"iperf3 {client.ip} -> {server.ip}: {output['error']}")
+            output = json.loads(run.stdout) if run.stdout.startswith("{") else {}
+            error = str(output.get("error", "" if run.returncode == 0 else run.stdout[-300:]))
+            if not error:
                 report: dict[str, Any] = output["end"]
                 return report
+            if "unable to connect" not in error:
+                raise RuntimeError(f"iperf3 {client.ip} -> {server.ip}: {error}")
             time.sleep(0.1)  # the server is not listening yet
-        raise RuntimeError(f"iperf3 {client.ip} -> {server.ip}: {run.stdout[-300:]}")
+        raise RuntimeError(f"iperf3 {client.ip} -> {server.ip}: {error}")
     finally:
         listener.terminate()
         listener.wait()
