@@ -1,5 +1,11 @@
 """Shared pieces of the scenario tests: a real lab on one node, what a user would look at.
 
+Two harnesses: `one_node_lab` (the whole `meshwire lab`, for user stories) and
+`daemon_node` (the embedded API and one `Daemon` in this process, in a private
+netns, pods as `mwt<hex>` namespaces, reached through the real C shim: for the
+CNI command paths, where a test needs to hold the API back or read the
+daemon's state).
+
 Scenarios run through `meshwire lab` (the embedded API, a real daemon and the
 real CNI shim, each pod a network namespace) with every pod on one simulated
 node, so every link is a veth. A lab is unique per test (`lab_helpers.unique_lab`)
@@ -13,20 +19,27 @@ daemon's metrics.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
+import secrets
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from api_helpers import call, get, private_loopback, serving, sync_api
+from cni_helpers import PREV_RESULT, ShimRun, cni_env, network_config, run_shim
 from lab_helpers import Lab, unique_lab
 from pyroute2 import IPRoute
 
+from meshwire.control.config import load_config
+from meshwire.control.daemon.app import Daemon
 from meshwire.control.lab import netns, ops, pods
 from meshwire.control.lab.links import LabLink, lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
@@ -272,3 +285,114 @@ def topologies(fixture: str) -> list[dict[str, Any]]:
 def link_of(topology: dict[str, Any], uid: int) -> dict[str, Any]:
     found: dict[str, Any] = next(x for x in topology["spec"]["links"] if x["uid"] == uid)
     return found
+
+
+# -- the smaller harness: API + one daemon in this process ------------------------
+
+
+@dataclass
+class DaemonNode:
+    """One node: its daemon (in this process), the API it reads, its pods' netns."""
+
+    daemon: Daemon
+    socket: str
+    api_port: int
+    db: str
+    prefix: str
+    created: list[str]
+
+    def pod_netns(self, pod: str) -> str:
+        """A fresh netns for a (re)started pod; removed when the harness ends."""
+        name = f"{self.prefix}{pod}-{len(self.created)}"
+        netns.create(name)
+        self.created.append(name)
+        return f"/var/run/netns/{name}"
+
+    async def cni(
+        self, command: str, pod: str, container: str = "c0ffee01", netns_path: str = ""
+    ) -> ShimRun:
+        """The C shim, exec'd as a runtime does, with the previous plugin's result."""
+        env = cni_env(command, pod=f"default/{pod}", container=container, netns=netns_path)
+        if not netns_path:
+            del env["CNI_NETNS"]
+        config = network_config("1.1.0", meshwire_socket=self.socket)
+        if command in ("ADD", "CHECK"):
+            config["prevResult"] = PREV_RESULT
+        return await run_shim("c", env, config)
+
+    async def wait_status(
+        self, url: str, pod: str, condition: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
+        """Poll the pod's Topology status in the API (off the loop) until `condition`."""
+        api = sync_api(url)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while True:
+            status: dict[str, Any] = (await call(get, api, pod)).get("status") or {}
+            if condition(status):
+                return status
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out after {WAIT}s waiting for {what}: {status}")
+            await asyncio.sleep(POLL)
+
+    async def wait(self, condition: Callable[[], bool], what: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while not condition():
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out after {WAIT}s waiting for {what}")
+            await asyncio.sleep(POLL)
+
+
+@contextlib.asynccontextmanager
+async def daemon_node(tmp_path: Path) -> AsyncIterator[DaemonNode]:
+    """A daemon on 127.0.0.1 of a private netns, its API not started (see `api_serving`).
+
+    Everything it creates (pod netns, the daemon, the API) is removed on exit.
+    """
+    with private_loopback():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        config = load_config(
+            None,
+            env={},
+            overrides={
+                "node_name": "node1",
+                "node_ip": "127.0.0.1",
+                "api.url": f"http://127.0.0.1:{port}",
+                "cni.socket": str(tmp_path / "cni.sock"),
+                "cni.add_timeout": "10",
+                "metrics.listen": "127.0.0.1:0",
+                "reconcile.full_interval": "3600",
+            },
+        )
+        daemon = Daemon(config)
+        task = asyncio.create_task(daemon.run())
+        node = DaemonNode(
+            daemon,
+            config.cni.socket,
+            port,
+            str(tmp_path / "api.db"),
+            f"mwt{secrets.token_hex(3)}-",
+            [],
+        )
+        try:
+            await node.wait(lambda: is_socket(config.cni.socket), "the CNI socket")
+            yield node
+        finally:
+            daemon.stop()
+            await asyncio.wait_for(task, WAIT)
+            for name in node.created:
+                netns.delete(name)
+
+
+@contextlib.asynccontextmanager
+async def api_serving(node: DaemonNode) -> AsyncIterator[str]:
+    """The embedded API on the port the daemon was told; yields its URL."""
+    async with serving(node.db, port=node.api_port) as server:
+        yield server.url
+
+
+def is_socket(path: str) -> bool:
+    return Path(path).is_socket()
