@@ -127,13 +127,15 @@ def netlink(ns: Netns | None = None) -> Iterator[Any]:
     Use it only from the thread that opened it: pyroute2 keeps one socket per
     thread and would open a fresh one, in that thread's netns, from any other.
     Works whatever event loop policy the process installed (uvloop included).
+    The socket checks requests strictly (NETLINK_GET_STRICT_CHK), so a dump
+    request that names an ifindex gets only that interface (`iface.addresses`).
     """
     fileno = None if ns is None else _netlink_socket_in(ns)
     # A plain selector loop of its own: pyroute2 fails on uvloop, which
     # `asyncio.new_event_loop()` would return once uvloop's policy is installed.
     loop = asyncio.SelectorEventLoop()
     try:
-        ipr = IPRoute(fileno=fileno, groups=0, ext_ack=True, use_event_loop=loop)
+        ipr = IPRoute(fileno=fileno, groups=0, ext_ack=True, strict_check=True, use_event_loop=loop)
     except BaseException:
         loop.close()
         if fileno is not None:
