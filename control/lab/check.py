@@ -1,40 +1,44 @@
 """`meshwire lab check`: prove every link of the lab carries traffic.
 
-Per link: both ends must exist and be up in their pods' namespaces; then a
-link with an address on both ends must answer ping (sent from the `a` end
-through the nsexec launcher), and a link without must pass a raw Ethernet
-frame in each direction (`frames.py`). A host link (macvlan to `localhost`)
-is only checked for its pod end. Links are checked in parallel; each result
-names the link and, when it fails, why.
+Per link: both ends must exist and be up in their pods' namespaces (read with
+one link dump per namespace); then a link with an address on both ends must
+answer an ICMP echo sent from the `a` end (`icmp.py`), and a link without must
+pass a raw Ethernet frame in each direction (`frames.py`). A host link
+(macvlan on the node's `eth0`) must pass a raw frame each way between the pod
+and the node's underlay: sent by the pod, it is seen leaving the node on the
+hub bridge port; sent from that port, the pod receives it. A link whose peer
+pod has no Topology is skipped with the reason (no CNI plugin wires it).
+
+Links are checked in parallel; each result names the link and, when it fails,
+why, including the pods' `plumbing_error` from the API when there is one.
 """
 
 from __future__ import annotations
 
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from meshwire.control.lab import kernel
 from meshwire.control.lab.frames import frame_passes
+from meshwire.control.lab.icmp import answers
+from meshwire.control.lab.kernel import Ends
 from meshwire.control.lab.links import LabEnd, LabLink
 from meshwire.control.lab.names import LabNames
-from meshwire.control.lab.nsexec import argv_for
 
-PING_COUNT = 3
-PING_TIMEOUT = 10.0
+PING_TIMEOUT = 5.0
 FRAME_TIMEOUT = 3.0
-PARALLEL = 16
+# Links checked at once: each mostly waits for an answer, so more than the cores.
+PARALLEL = 32
 
 
 @dataclass(frozen=True, slots=True)
 class LinkResult:
     link: LabLink
     ok: bool
-    method: str  # ping | frame | exists
+    method: str  # ping | frame | exists | skip
     reason: str = ""
 
     def line(self) -> str:
-        verdict = "ok  " if self.ok else "FAIL"
+        verdict = "skip" if self.method == "skip" else "ok  " if self.ok else "FAIL"
         why = f": {self.reason}" if self.reason else ""
         link = self.link
         return f"{verdict} {link.namespace}/{link.uid} {link.kind} {self.method} {link.name}{why}"
@@ -45,9 +49,14 @@ def end_netns(names: LabNames, end: LabEnd) -> str:
     return names.pod_netns(namespace, pod)
 
 
-def _end_problem(names: LabNames, end: LabEnd) -> str | None:
+def pod_ends(link: LabLink) -> tuple[LabEnd, ...]:
+    """The ends of `link` that are in pods (a host link's `b` end is the node's)."""
+    return (link.a,) if link.b.pod == "localhost" else (link.a, link.b)
+
+
+def _end_problem(names: LabNames, ends: Ends, end: LabEnd) -> str | None:
     ns = end_netns(names, end)
-    state = kernel.end_state(ns, end.intf)
+    state = ends.get(ns, end.intf)
     if not state.exists:
         return f"{end.pod}: interface {end.intf} missing (netns {ns})"
     if not state.admin_up:
@@ -57,37 +66,64 @@ def _end_problem(names: LabNames, end: LabEnd) -> str | None:
     return None
 
 
-def check_link(names: LabNames, link: LabLink) -> LinkResult:
-    ends = (link.a,) if link.b.pod == "localhost" else (link.a, link.b)
-    problems = [p for p in (_end_problem(names, end) for end in ends) if p]
+def check_link(
+    names: LabNames, link: LabLink, ends: Ends, errors: dict[str, str] | None = None
+) -> LinkResult:
+    """One link's result; `errors` maps a pod (`ns/name`) to its Topology's plumbing_error."""
+    if link.unwired:
+        return LinkResult(link, True, "skip", link.unwired)
+    problems = [p for p in (_end_problem(names, ends, end) for end in pod_ends(link)) if p]
     if problems:
-        return LinkResult(link, False, "exists", "; ".join(problems))
-    if len(ends) == 1:
-        return LinkResult(link, True, "exists", "host end not checked")
+        blamed = [
+            f"plumbing_error of {end.pod}: {errors[end.pod]}"
+            for end in pod_ends(link)
+            if errors and errors.get(end.pod)
+        ]
+        return LinkResult(link, False, "exists", "; ".join(problems + blamed))
+    if link.b.pod == "localhost":
+        return _host_frames(names, link)
     if link.a.address and link.b.address:
         return _ping(names, link)
     return _frames(names, link)
 
 
 def _ping(names: LabNames, link: LabLink) -> LinkResult:
-    command = ["ping", "-c", str(PING_COUNT), "-i", "0.2", "-W", "2", "-I", link.a.intf]
-    argv = argv_for(end_netns(names, link.a), [*command, link.b.address])
+    target = link.b.address
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PING_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        return LinkResult(link, False, "ping", f"ping {link.b.address} timed out")
-    if done.returncode == 0:
+        answered = answers(end_netns(names, link.a), link.a.intf, target, PING_TIMEOUT)
+    except OSError as exc:
+        return LinkResult(link, False, "ping", f"{target} from {link.a.pod}: {exc.strerror or exc}")
+    if answered:
         return LinkResult(link, True, "ping")
-    detail = (done.stderr.strip() or "no reply").splitlines()[-1]
-    return LinkResult(link, False, "ping", f"{link.b.address} from {link.a.pod}: {detail}")
+    return LinkResult(
+        link, False, "ping", f"{target} from {link.a.pod}: no reply within {PING_TIMEOUT:g}s"
+    )
 
 
 def _frames(names: LabNames, link: LabLink) -> LinkResult:
-    a_ns, b_ns = end_netns(names, link.a), end_netns(names, link.b)
-    for src, src_ns, dst, dst_ns in ((link.a, a_ns, link.b, b_ns), (link.b, b_ns, link.a, a_ns)):
-        direction = f"{src.pod}:{src.intf} -> {dst.pod}:{dst.intf}"
+    a = (end_netns(names, link.a), link.a.intf, f"{link.a.pod}:{link.a.intf}")
+    b = (end_netns(names, link.b), link.b.intf, f"{link.b.pod}:{link.b.intf}")
+    return _both_ways(link, a, b, rx_all=False)
+
+
+def _host_frames(names: LabNames, link: LabLink) -> LinkResult:
+    pod = (end_netns(names, link.a), link.a.intf, f"{link.a.pod}:{link.a.intf}")
+    port = names.hub_port(link.a_node)
+    wire = (names.hub_netns, port, f"{link.a_node}:{link.b.intf} (underlay port {port})")
+    return _both_ways(link, pod, wire, rx_all=True)
+
+
+def _both_ways(
+    link: LabLink, a: tuple[str, str, str], b: tuple[str, str, str], rx_all: bool
+) -> LinkResult:
+    """A frame from a to b (b listening for all protocols if `rx_all`), then from b to a."""
+    for (src_ns, src, src_name), (dst_ns, dst, dst_name), listen_all in (
+        (a, b, rx_all),
+        (b, a, False),
+    ):
+        direction = f"{src_name} -> {dst_name}"
         try:
-            passed = frame_passes(src_ns, src.intf, dst_ns, dst.intf, FRAME_TIMEOUT)
+            passed = frame_passes(src_ns, src, dst_ns, dst, FRAME_TIMEOUT, rx_all=listen_all)
         except OSError as exc:
             return LinkResult(link, False, "frame", f"{direction}: {exc.strerror or exc}")
         if not passed:
@@ -95,7 +131,22 @@ def _frames(names: LabNames, link: LabLink) -> LinkResult:
     return LinkResult(link, True, "frame")
 
 
-def check_all(names: LabNames, links: list[LabLink]) -> list[LinkResult]:
-    """One result per link, in the order given."""
+def check_all(
+    names: LabNames, links: list[LabLink], errors: dict[str, str] | None = None
+) -> list[LinkResult]:
+    """One result per link, in the order given; `errors` as for `check_link`."""
+    ends = Ends(end_netns(names, end) for link in links for end in pod_ends(link))
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        return list(pool.map(lambda link: check_link(names, link), links))
+        return list(pool.map(lambda link: check_link(names, link, ends, errors), links))
+
+
+def tally(results: list[LinkResult]) -> str:
+    """The closing line of `check`: `N/M links ok[, K failed][, S skipped]`."""
+    skipped = sum(r.method == "skip" for r in results)
+    failed = sum(not r.ok for r in results)
+    checked = len(results) - skipped
+    return (
+        f"{checked - failed}/{checked} links ok"
+        + (f", {failed} failed" if failed else "")
+        + (f", {skipped} skipped (nothing wires them)" if skipped else "")
+    )

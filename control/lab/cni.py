@@ -20,7 +20,8 @@ from meshwire.control.lab.errors import LabError
 
 CNI_VERSION = "1.0.0"
 IFNAME = "eth0"
-TIMEOUT = 60.0  # the daemon's own cni.add_timeout (30 s) plus margin
+# Beyond the daemon's own wait (its cni.add_timeout), for the shim's exec and the answer.
+MARGIN = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class CniCall:
     pod_name: str
     socket: str
     node: str
+    timeout: float  # seconds before the call counts as hung: the node's add_timeout + MARGIN
 
 
 def network_config(socket: str) -> dict[str, Any]:
@@ -66,7 +68,7 @@ def invoke(shim: list[str], call: CniCall) -> dict[str, Any]:
             env=environment(call, shim),
             capture_output=True,
             text=True,
-            timeout=TIMEOUT,
+            timeout=call.timeout,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:

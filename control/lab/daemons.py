@@ -3,7 +3,8 @@
 The lab sets, per node: `node_name`, `node_ip` (its underlay address),
 `api.url` (the API through the hub relay), `cni.socket` (in the node's lab
 directory), `peer.listen` and `metrics.listen` (on the node's address, keeping
-the base config's ports). `workers` defaults to 1 unless the base config sets
+the base config's ports), and `cni.add_timeout` 300 s unless the base config
+sets it. `workers` defaults to 1 unless the base config sets
 it: N simulated nodes on one machine must not start N x cores processes.
 Everything else comes from the base config unchanged.
 """
@@ -21,6 +22,10 @@ from meshwire.control.lab.errors import LabError
 
 DEFAULT_PEER_PORT = 51111
 DEFAULT_METRICS_PORT = 51100
+# cni.add_timeout of a lab node unless the base config sets it: a pod of meshnet's
+# 1,500-link fixture takes longer than the daemon's 30 s default to wire on 2 cores,
+# and where a runtime would retry the ADD, the lab waits for it instead.
+LAB_ADD_TIMEOUT = 300.0
 
 
 def read_base(path: Path | None) -> dict[str, Any]:
@@ -57,6 +62,7 @@ def node_config(
     config.setdefault("workers", 1)
     config.setdefault("api", {})["url"] = api_url
     config.setdefault("cni", {})["socket"] = str(socket)
+    config["cni"].setdefault("add_timeout", LAB_ADD_TIMEOUT)
     config.setdefault("peer", {})["listen"] = f"{ip}:{_port(base, 'peer', DEFAULT_PEER_PORT)}"
     metrics = _port(base, "metrics", DEFAULT_METRICS_PORT)
     config.setdefault("metrics", {})["listen"] = f"{ip}:{metrics}"
@@ -76,3 +82,8 @@ def write_config(config: dict[str, Any], path: Path) -> None:
 def metrics_address(config: dict[str, Any]) -> tuple[str, int]:
     host, _, port = str(config["metrics"]["listen"]).rpartition(":")
     return host, int(port)
+
+
+def add_timeout(config: dict[str, Any]) -> float:
+    """The node's cni.add_timeout (validated by `write_config`)."""
+    return float(config["cni"]["add_timeout"])

@@ -17,6 +17,7 @@ import time
 from meshwire.control.lab.netns import socket_in
 
 ETH_P_LAB = 0x88B5
+ETH_P_ALL = 0x0003
 MIN_FRAME = 60
 MAGIC = b"meshwire-lab-check"
 RESEND = 0.2
@@ -27,18 +28,28 @@ def build_frame(src_mac: bytes, nonce: bytes) -> bytes:
     return frame.ljust(MIN_FRAME, b"\0")
 
 
-def frame_passes(src_ns: str, src_intf: str, dst_ns: str, dst_intf: str, timeout: float) -> bool:
+def frame_passes(
+    src_ns: str,
+    src_intf: str,
+    dst_ns: str,
+    dst_intf: str,
+    timeout: float,
+    rx_all: bool = False,
+) -> bool:
     """Whether a frame sent on src_ns/src_intf arrives on dst_ns/dst_intf within `timeout` s.
 
+    `rx_all` listens for every protocol (ETH_P_ALL) on the receiving end: needed
+    where a frame is consumed before protocol handlers see it, as on a bridge port.
     Raises OSError when an end cannot be opened (interface missing, namespace gone)
     or the frame cannot be sent (interface down: ENETDOWN).
     """
     proto = socket.htons(ETH_P_LAB)
+    listen = ETH_P_ALL if rx_all else ETH_P_LAB
     with (
-        socket_in(dst_ns, socket.AF_PACKET, socket.SOCK_RAW, proto) as rx,
+        socket_in(dst_ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(listen)) as rx,
         socket_in(src_ns, socket.AF_PACKET, socket.SOCK_RAW, proto) as tx,
     ):
-        rx.bind((dst_intf, ETH_P_LAB))
+        rx.bind((dst_intf, listen))
         tx.bind((src_intf, ETH_P_LAB))
         nonce = secrets.token_bytes(16)
         frame = build_frame(tx.getsockname()[4], nonce)

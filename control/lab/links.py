@@ -31,9 +31,12 @@ class LabEnd:
 class LabLink:
     namespace: str
     uid: int
-    kind: str
+    kind: str  # veth | vxlan | grpc | macvlan | none (unwired)
     a: LabEnd
     b: LabEnd
+    a_node: str = ""  # the node of the `a` pod: for a macvlan, the node whose eth0 it is on
+    # Why no CNI plugin wires this link ("" if one does): its peer pod has no Topology.
+    unwired: str = ""
 
     @property
     def name(self) -> str:
@@ -43,21 +46,31 @@ class LabLink:
 def lab_links(
     topologies: list[Topology], placement: dict[str, str], inter_node: str
 ) -> list[LabLink]:
-    """Every link once, in file order; a link only one side declares is still listed."""
+    """Every link once, in file order; a link only one side declares is still listed.
+
+    A link whose peer pod has no Topology in the file is `unwired`: the daemons
+    (like meshnet) build no link to a pod that is not part of a topology, so
+    it has kind `none` and the reason (meshnet's 2node.yml has one: r3 to r4).
+    """
     seen: dict[tuple[str, int], LabLink] = {}
+    pods = {topology.key for topology in topologies}
     for topology in topologies:
         for link in topology.links:
             key = (topology.namespace, link.uid)
             if key in seen:
                 continue
             a = LabEnd(topology.key, link.local_intf, link.local_ip)
+            node = placement.get(a.pod, "")
+            unwired = ""
             if link.to_host:
                 b, kind = LabEnd("localhost", link.peer_intf, ""), "macvlan"
             else:
                 b = LabEnd(f"{topology.namespace}/{link.peer_pod}", link.peer_intf, link.peer_ip)
-                same = placement.get(a.pod) == placement.get(b.pod)
-                kind = "veth" if same else inter_node
-            seen[key] = LabLink(topology.namespace, link.uid, kind, a, b)
+                kind = "veth" if node == placement.get(b.pod) else inter_node
+                if b.pod not in pods:
+                    kind = "none"
+                    unwired = f"peer pod {b.pod} has no Topology, so no CNI plugin wires this link"
+            seen[key] = LabLink(topology.namespace, link.uid, kind, a, b, node, unwired)
     return list(seen.values())
 
 

@@ -25,6 +25,10 @@ HUB_IP = "169.254.0.1"
 # The embedded API listens on HUB_IP:API_PORT inside the hub (kubectl proxy's plain-HTTP port).
 API_PORT = 8001
 FIRST_NODE_HOST = 10
+# A node's underlay interface, inside its node namespace: `eth0`, as on a real host,
+# so a macvlan link to `localhost:eth0` (meshnet's macvlan.yml) finds it there and its
+# frames leave the node on the underlay. Free in a fresh namespace: no prefix needed.
+UNDERLAY_INTF = "eth0"
 
 
 def check_lab_name(name: str) -> str:
@@ -69,10 +73,6 @@ class LabNames:
     def hub_port(self, node: str) -> str:
         """The node's veth end on the hub bridge."""
         return f"{self.prefix}h{self.node_index(node)}"
-
-    def node_port(self, node: str) -> str:
-        """The node's underlay interface, inside its node namespace."""
-        return f"{self.prefix}n{self.node_index(node)}"
 
     def pod_netns(self, namespace: str, pod: str) -> str:
         # A Kubernetes namespace never contains a dot, so the first dot splits

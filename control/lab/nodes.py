@@ -1,8 +1,11 @@
 """Simulated nodes: a namespace per node, joined by an underlay bridge in a hub namespace.
 
     netns mwl<lab>-hub: bridge mwl<lab>-br 169.254.0.1/16
-        ├─ mwl<lab>-h1 ══ veth ══ mwl<lab>-n1 169.254.0.11/16 (netns mwl<lab>-node1)
-        └─ mwl<lab>-h2 ══ veth ══ mwl<lab>-n2 169.254.0.12/16 (netns mwl<lab>-node2)
+        ├─ mwl<lab>-h1 ══ veth ══ eth0 169.254.0.11/16 (netns mwl<lab>-node1)
+        └─ mwl<lab>-h2 ══ veth ══ eth0 169.254.0.12/16 (netns mwl<lab>-node2)
+
+A node's underlay interface is `eth0`, as on a real host: the vxlan links
+run over it, and a macvlan link to `localhost:eth0` sits on it.
 
 Nothing is added to the host's namespace: the link-local /16 lives only in the
 hub and node namespaces (on the host it would shadow the cloud metadata route).
@@ -20,7 +23,13 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from meshwire.control.lab import netns
 from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.names import HUB_IP, UNDERLAY_PREFIX_LEN, LabNames, netns_path
+from meshwire.control.lab.names import (
+    HUB_IP,
+    UNDERLAY_INTF,
+    UNDERLAY_PREFIX_LEN,
+    LabNames,
+    netns_path,
+)
 
 EEXIST = 17
 
@@ -44,7 +53,7 @@ def create_node(names: LabNames, node: str, ip: str) -> None:
     """The node's namespace, plugged into the hub bridge with underlay address `ip`."""
     node_ns = names.node_netns(node)
     netns.create(node_ns)
-    hub_port, node_port = names.hub_port(node), names.node_port(node)
+    hub_port, node_port = names.hub_port(node), UNDERLAY_INTF
 
     def plug_hub() -> None:
         with IPRoute() as ipr:

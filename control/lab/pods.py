@@ -3,17 +3,29 @@
 A pod's netns is `mwl<lab>-<namespace>.<pod>`. `attach` is what a runtime does
 when a pod starts (CNI ADD with a fresh container id); `detach` is what it does
 when the pod stops (CNI DEL with the same id). Both record the pod in the
-state before acting. Without daemons (`--no-daemon`) only the namespaces exist.
+state before acting. `create_all` and `attach_all` do the same for all the
+pods of `up`, concurrently and with one state write each. Without daemons
+(`--no-daemon`) only the namespaces exist.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from meshwire.control.lab import netns
 from meshwire.control.lab.cni import CniCall, invoke
+from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import LabNames, netns_path
 from meshwire.control.lab.state import LabDir, LabState, PodRecord
+
+# Namespaces created and CNI ADDs in flight at once: each is mostly a wait on a
+# subprocess or on the node's daemon, so more than the cores; bounded so a
+# 1,000-pod lab does not fork 1,000 shims at once.
+PARALLEL = 16
+# Failed pods named in `attach_all`'s error.
+SHOWN = 3
 
 
 def new_container_id() -> str:
@@ -27,6 +39,63 @@ def create_netns(lab: LabDir, state: LabState, pod: PodRecord) -> None:
     state.pods[pod.key] = pod
     lab.save(state)
     netns.create(pod.netns)
+
+
+def create_all(lab: LabDir, state: LabState, records: list[PodRecord]) -> None:
+    """Record every pod in one state write, then create their namespaces, PARALLEL at a time.
+
+    One write for all keeps `up` linear: the state holds the whole topology, so a
+    write per pod would make a 1,000-pod lab rewrite it thousands of times.
+    """
+    for pod in records:
+        if pod.netns not in state.netns:
+            state.netns.append(pod.netns)
+        state.pods[pod.key] = pod
+    lab.save(state)
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        list(pool.map(lambda pod: netns.create(pod.netns), records))
+
+
+def attach_all(
+    lab: LabDir,
+    state: LabState,
+    records: list[PodRecord],
+    shim: list[str] | None,
+    done: Callable[[PodRecord], None],
+) -> None:
+    """CNI ADD every pod, PARALLEL at a time, as a node's runtime starts many pods at once.
+
+    `done` is called (in this thread) as each pod's ADD returns. Every ADD is
+    tried; then the state is saved once, and the failures raise one LabError
+    naming the first few pods and how many failed.
+    """
+    for pod in records:
+        pod.container_id = new_container_id()
+    failed: list[str] = []
+    try:
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            futures = {
+                pool.submit(_add, state, pod, shim): pod for pod in records if shim is not None
+            }
+            for future in as_completed(futures):
+                error = future.exception()
+                if isinstance(error, LabError):
+                    failed.append(str(error))
+                elif error is not None:
+                    raise error
+                done(futures[future])
+    finally:
+        lab.save(state)
+    if failed:
+        more = f" (and {len(failed) - SHOWN} more)" if len(failed) > SHOWN else ""
+        raise LabError(
+            f"{len(failed)} of {len(records)} pods failed: " + "; ".join(failed[:SHOWN]) + more
+        )
+
+
+def _add(state: LabState, pod: PodRecord, shim: list[str] | None) -> None:
+    if shim is not None:
+        invoke(shim, _call("ADD", state, pod))
 
 
 def attach(lab: LabDir, state: LabState, pod: PodRecord, shim: list[str] | None) -> None:
@@ -64,4 +133,5 @@ def _call(command: str, state: LabState, pod: PodRecord) -> CniCall:
         pod_name=pod.name,
         socket=state.nodes[pod.node].socket,
         node=pod.node,
+        timeout=state.nodes[pod.node].cni_timeout,
     )

@@ -52,6 +52,8 @@ class NodeRecord:
     config: str
     socket: str
     metrics: str
+    # How long (s) a CNI call to this node may take: its cni.add_timeout plus a margin.
+    cni_timeout: float = 60.0
 
 
 @dataclass(slots=True)

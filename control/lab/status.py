@@ -7,7 +7,8 @@ An unreachable API is reported, not fatal: the kernel view still stands.
 
 Link state: `up` (both ends exist and are up), `down` (an end is down),
 `missing` (an end does not exist), `error` (a pod's status has a plumbing
-error, which is shown).
+error, which is shown), `unwired` (the peer pod has no Topology: nothing
+wires the link).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from meshwire.control.lab import kernel, processes
-from meshwire.control.lab.check import end_netns
+from meshwire.control.lab import processes
+from meshwire.control.lab.check import end_netns, pod_ends
+from meshwire.control.lab.kernel import Ends
 from meshwire.control.lab.links import LabEnd, lab_links, topologies_of
 from meshwire.control.lab.names import HUB_IP, LabNames, netns_path
 from meshwire.control.lab.probe import http_get
@@ -75,13 +77,16 @@ def gather(state: LabState, names: LabNames) -> dict[str, Any]:
     errors = {p["pod"]: p["plumbing_error"] for p in pods if p["plumbing_error"]}
     placement = {key: pod.node for key, pod in state.pods.items()}
     links = []
-    for link in lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type):
-        ends = [_end(names, link.a), _end(names, link.b)]
+    all_links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+    kernel = Ends(end_netns(names, end) for link in all_links for end in pod_ends(link))
+    for link in all_links:
+        ends = [_end(names, kernel, link.a), _end(names, kernel, link.b)]
+        pod_errors = [errors.get(link.a.pod), errors.get(link.b.pod)]
         links.append(
             {
                 "link": f"{link.namespace}/{link.uid}",
                 "kind": link.kind,
-                "state": _link_state(ends, [errors.get(link.a.pod), errors.get(link.b.pod)]),
+                "state": "unwired" if link.unwired else _link_state(ends, pod_errors),
                 "a": ends[0],
                 "b": ends[1],
             }
@@ -100,11 +105,11 @@ def gather(state: LabState, names: LabNames) -> dict[str, Any]:
     }
 
 
-def _end(names: LabNames, end: LabEnd) -> dict[str, Any]:
+def _end(names: LabNames, kernel: Ends, end: LabEnd) -> dict[str, Any]:
     out: dict[str, Any] = {"pod": end.pod, "intf": end.intf, "ip": end.ip}
     if end.pod == "localhost":
         return out
-    out.update(asdict(kernel.end_state(end_netns(names, end), end.intf)))
+    out.update(asdict(kernel.get(end_netns(names, end), end.intf)))
     return out
 
 

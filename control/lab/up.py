@@ -3,8 +3,9 @@
 Order: read and check every input (lab file, placement, base config) before
 creating anything; then the lab directory and state file, the hub, the API
 and its relay, the topology applied, the nodes, their daemons (each waited
-until /readyz answers 200), the pods (netns, then CNI ADD on their node), and
-finally a bounded wait until every link end exists in its pod. Any failure
+until /readyz answers 200), the pods (all namespaces, then CNI ADD on their
+nodes, several at once as a runtime starting many pods does), and finally a
+bounded wait until every end of every wired link exists in its pod. Any failure
 raises LabError and leaves the state file complete enough for `lab down`.
 """
 
@@ -16,8 +17,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshwire.control.lab import daemons, kernel, nodes, pods, processes, relay
+from meshwire.control.lab import daemons, nodes, pods, processes, relay
+from meshwire.control.lab.check import end_netns, pod_ends
+from meshwire.control.lab.cni import MARGIN
 from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.kernel import Ends
 from meshwire.control.lab.links import LabLink, lab_links
 from meshwire.control.lab.names import (
     API_PORT,
@@ -79,7 +83,7 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
     copy.parent.mkdir(exist_ok=True)
     shutil.copyfile(options.file, copy)
     daemon_steps = options.nodes if runtime.with_daemons else 0
-    progress.begin(3 + options.nodes + daemon_steps + len(topologies) + 1)
+    progress.begin(3 + options.nodes + daemon_steps + 1 + len(topologies) + 1)
 
     progress.step(f"hub {names.hub_netns}, bridge {names.bridge} {HUB_IP}")
     state.netns.append(names.hub_netns)
@@ -104,12 +108,12 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
             wait_ready(state, node)
 
     shim = runtime.cni_argv() if runtime.with_daemons else None
-    for topology in topologies:
-        node = placement[topology.key]
-        progress.step(f"pod {topology.key} on {node}")
-        pod = pods.record(names, topology.namespace, topology.name, node)
-        pods.create_netns(lab, state, pod)
-        pods.attach(lab, state, pod, shim)
+    records = [pods.record(names, t.namespace, t.name, placement[t.key]) for t in topologies]
+    progress.step(f"{len(records)} pod namespaces")
+    pods.create_all(lab, state, records)
+    pods.attach_all(
+        lab, state, records, shim, lambda pod: progress.step(f"pod {pod.key} on {pod.node}")
+    )
 
     progress.step("links")
     if runtime.with_daemons and options.wait > 0:
@@ -213,7 +217,15 @@ def _create_node(
     config_path = node_dir / "config.yaml"
     daemons.write_config(config, config_path)
     host, port = daemons.metrics_address(config)
-    state.nodes[node] = NodeRecord(node, ns, ip, str(config_path), str(sock), f"{host}:{port}")
+    state.nodes[node] = NodeRecord(
+        node,
+        ns,
+        ip,
+        str(config_path),
+        str(sock),
+        f"{host}:{port}",
+        daemons.add_timeout(config) + MARGIN,
+    )
     lab.save(state)
 
 
@@ -246,16 +258,17 @@ def wait_ready(state: LabState, node: str) -> None:
 
 
 def _wait_links(state: LabState, names: LabNames, links: list[LabLink], timeout: float) -> None:
+    """Until every end of every wired link exists (one link dump per pod namespace a poll)."""
+    wired = [link for link in links if not link.unwired]
+
     def missing() -> list[str]:
-        out = []
-        for link in links:
-            for end in (link.a, link.b):
-                if end.pod == "localhost":
-                    continue
-                ns, _, pod = end.pod.partition("/")
-                if not kernel.end_state(names.pod_netns(ns, pod), end.intf).exists:
-                    out.append(f"{end.pod}:{end.intf}")
-        return out
+        ends = Ends(end_netns(names, end) for link in wired for end in pod_ends(link))
+        return [
+            f"{end.pod}:{end.intf}"
+            for link in wired
+            for end in pod_ends(link)
+            if not ends.get(end_netns(names, end), end.intf).exists
+        ]
 
     if not wait_until(lambda: not missing(), timeout, lambda: None):
         statuses = api_statuses(state, names) or {}
