@@ -27,10 +27,13 @@ from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
 
-# ADD polls its pod's links with a backoff from 10 ms to 200 ms: fast when the
-# links come up at once, cheap when it waits for a slow netlink burst.
+# ADD polls its pod's links with a backoff from 10 ms to 50 ms: fast when the
+# links come up at once, and a poll (a lookup per link of the pod) is cheap
+# enough that a slow netlink burst does not call for more. A higher cap shows
+# up directly in the pod's start time: at 200 ms, links realised after 160 ms
+# were only seen at 310 ms.
 POLL_MIN = 0.01
-POLL_MAX = 0.2
+POLL_MAX = 0.05
 
 
 class DaemonCniHandler:
