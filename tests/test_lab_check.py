@@ -1,4 +1,4 @@
-"""`meshwire lab check` proves each link with ping or a raw frame, and names what is wrong."""
+"""`meshwire lab check` proves each link with ARP, ping (IPv6) or a raw frame, and names what is wrong."""
 
 from __future__ import annotations
 
@@ -67,14 +67,16 @@ def test_link_without_addresses_passes_a_raw_frame_and_a_missing_link_fails_by_n
     assert lines[-1] == "1/2 links ok, 1 failed"
 
 
-def test_link_with_addresses_answers_ping(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+def test_link_with_addresses_answers_arp_for_each_end(
+    lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
     hand_made_veth(lab, ("r1", "eth1", "10.0.1.1/24"), ("r2", "eth1", "10.0.1.2/24"))
     hand_made_veth(lab, ("r1", "eth2", ""), ("r3", "eth1", ""))
 
     assert lab.run("check") == 0
 
     out = capsys.readouterr().out
-    assert "ok   default/1 vxlan ping default/r1:eth1 -- default/r2:eth1" in out
+    assert "ok   default/1 vxlan arp default/r1:eth1 -- default/r2:eth1" in out
     assert out.splitlines()[-1] == "2/2 links ok"
 
 

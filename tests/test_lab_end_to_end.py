@@ -23,7 +23,7 @@ def test_a_lab_file_comes_up_every_link_carries_traffic_and_down_leaves_nothing(
 
         assert lab.run("check") == 0
         out = capsys.readouterr().out
-        assert "ok   default/1 vxlan ping default/r1:eth1 -- default/r2:eth1" in out
+        assert "ok   default/1 vxlan arp default/r1:eth1 -- default/r2:eth1" in out
         assert "ok   default/2 veth frame default/r1:eth2 -- default/r3:eth1" in out
 
         assert lab.run("status", "--json") == 0

@@ -1,9 +1,11 @@
 """`meshwire lab check`: prove every link of the lab carries traffic.
 
 Per link: both ends must exist and be up in their pods' namespaces (read with
-one link dump per namespace); then a link with an address on both ends must
-answer an ICMP echo sent from the `a` end (`icmp.py`), and a link without must
-pass a raw Ethernet frame in each direction (`frames.py`). A host link
+one link dump per namespace); then a link with IPv4 addresses on both ends
+must answer ARP for each end's address from the other end (`arp.py`, which
+says why not ping), one with IPv6 addresses an ICMPv6 echo from the `a` end
+(`icmp.py`), and a link without addresses must pass a raw Ethernet frame in
+each direction (`frames.py`). A host link
 (macvlan on the node's `eth0`) must pass a raw frame each way between the pod
 and the node's underlay: sent by the pod, it is seen leaving the node on the
 hub bridge port; sent from that port, the pod receives it. A link whose peer
@@ -15,26 +17,49 @@ why, including the pods' `plumbing_error` from the API when there is one.
 
 from __future__ import annotations
 
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from meshwire.control.lab import arp, icmp
 from meshwire.control.lab.frames import frame_passes
-from meshwire.control.lab.icmp import answers
 from meshwire.control.lab.kernel import Ends
 from meshwire.control.lab.links import LabEnd, LabLink
 from meshwire.control.lab.names import LabNames
 
-PING_TIMEOUT = 5.0
+PROBE_TIMEOUT = 5.0  # an ARP request or echo, re-sent every 0.2 s until answered
 FRAME_TIMEOUT = 3.0
+# ARP requests sent per second at most, by all links together. Each answered one
+# adds an entry to the machine's one ARP table (net.ipv4.neigh.default.gc_thresh3,
+# 1024 by default, shared by every namespace) that the kernel can reclaim only
+# 5 s later; a full table drops requests unanswered. 150/s keeps it under 800.
+ARP_RATE = 150.0
 # Links checked at once: each mostly waits for an answer, so more than the cores.
 PARALLEL = 32
+
+
+class Pacer:
+    """Spaces calls to `wait` at least 1/rate seconds apart, across threads."""
+
+    def __init__(self, rate: float) -> None:
+        self._gap = 1.0 / rate
+        self._next = time.monotonic()
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            start = max(now, self._next)
+            self._next = start + self._gap
+        time.sleep(max(0.0, start - now))
 
 
 @dataclass(frozen=True, slots=True)
 class LinkResult:
     link: LabLink
     ok: bool
-    method: str  # ping | frame | exists | skip
+    method: str  # arp | ping | frame | exists | skip
     reason: str = ""
 
     def line(self) -> str:
@@ -67,9 +92,16 @@ def _end_problem(names: LabNames, ends: Ends, end: LabEnd) -> str | None:
 
 
 def check_link(
-    names: LabNames, link: LabLink, ends: Ends, errors: dict[str, str] | None = None
+    names: LabNames,
+    link: LabLink,
+    ends: Ends,
+    errors: dict[str, str] | None = None,
+    pacer: Pacer | None = None,
 ) -> LinkResult:
-    """One link's result; `errors` maps a pod (`ns/name`) to its Topology's plumbing_error."""
+    """One link's result; `errors` maps a pod (`ns/name`) to its Topology's plumbing_error.
+
+    `pacer` spaces the ARP requests of many links (ARP_RATE); None: unpaced.
+    """
     if link.unwired:
         return LinkResult(link, True, "skip", link.unwired)
     problems = [p for p in (_end_problem(names, ends, end) for end in pod_ends(link)) if p]
@@ -83,21 +115,43 @@ def check_link(
     if link.b.pod == "localhost":
         return _host_frames(names, link)
     if link.a.address and link.b.address:
-        return _ping(names, link)
+        if ":" in link.a.address or ":" in link.b.address:
+            return _ping(names, link)
+        return _arp(names, link, pacer)
     return _frames(names, link)
+
+
+def _arp(names: LabNames, link: LabLink, pacer: Pacer | None) -> LinkResult:
+    """Each end asks who-has for the other's address through the link; both must answer."""
+    for src, dst in ((link.a, link.b), (link.b, link.a)):
+        if pacer is not None:
+            pacer.wait()
+        what = f"who-has {dst.address} from {src.pod}:{src.intf}"
+        try:
+            answered = arp.answers(
+                end_netns(names, src), src.intf, src.address, dst.address, PROBE_TIMEOUT
+            )
+        except (OSError, ValueError) as exc:
+            return LinkResult(link, False, "arp", f"{what}: {_why(exc)}")
+        if not answered:
+            return LinkResult(link, False, "arp", f"{what}: no answer within {PROBE_TIMEOUT:g}s")
+    return LinkResult(link, True, "arp")
 
 
 def _ping(names: LabNames, link: LabLink) -> LinkResult:
     target = link.b.address
+    what = f"ping {target} from {link.a.pod}:{link.a.intf}"
     try:
-        answered = answers(end_netns(names, link.a), link.a.intf, target, PING_TIMEOUT)
-    except OSError as exc:
-        return LinkResult(link, False, "ping", f"{target} from {link.a.pod}: {exc.strerror or exc}")
+        answered = icmp.answers(end_netns(names, link.a), link.a.intf, target, PROBE_TIMEOUT)
+    except (OSError, ValueError) as exc:
+        return LinkResult(link, False, "ping", f"{what}: {_why(exc)}")
     if answered:
         return LinkResult(link, True, "ping")
-    return LinkResult(
-        link, False, "ping", f"{target} from {link.a.pod}: no reply within {PING_TIMEOUT:g}s"
-    )
+    return LinkResult(link, False, "ping", f"{what}: no reply within {PROBE_TIMEOUT:g}s")
+
+
+def _why(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
 
 def _frames(names: LabNames, link: LabLink) -> LinkResult:
@@ -134,10 +188,23 @@ def _both_ways(
 def check_all(
     names: LabNames, links: list[LabLink], errors: dict[str, str] | None = None
 ) -> list[LinkResult]:
-    """One result per link, in the order given; `errors` as for `check_link`."""
+    """One result per link, in the order given; `errors` as for `check_link`.
+
+    A link whose ARP request went unanswered is checked once more after the
+    others, when the table entries of the first pass can be reclaimed.
+    """
     ends = Ends(end_netns(names, end) for link in links for end in pod_ends(link))
+    pacer = Pacer(ARP_RATE)
+
+    def one(link: LabLink) -> LinkResult:
+        return check_link(names, link, ends, errors, pacer)
+
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        return list(pool.map(lambda link: check_link(names, link, ends, errors), links))
+        results = list(pool.map(one, links))
+        again = [i for i, r in enumerate(results) if r.method == "arp" and not r.ok]
+        for i, result in zip(again, pool.map(one, [links[i] for i in again]), strict=True):
+            results[i] = result
+    return results
 
 
 def tally(results: list[LinkResult]) -> str:
