@@ -1,4 +1,4 @@
-"""`meshwire lab check` proves each link with ARP, ping (IPv6) or a raw frame, and names what is wrong."""
+"""`meshwire lab check` proves each link with ARP, ping or a raw frame, and names what is wrong."""
 
 from __future__ import annotations
 
