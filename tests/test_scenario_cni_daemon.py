@@ -21,6 +21,12 @@ from meshwire.control.cni.protocol import ErrorCode
 pytestmark = pytest.mark.root
 
 
+def both_up(a: str, b: str) -> bool:
+    """Whether eth1 exists and is up in both netns."""
+    ends = [read_interfaces(ns).get("eth1") for ns in (a, b)]
+    return all(end is not None and end.up for end in ends)
+
+
 async def add_pair(node: DaemonNode, url: str) -> tuple[str, str]:
     """r1 and r2 linked by eth1, both ADDed; returns their netns paths."""
     api = sync_api(url)
@@ -61,8 +67,10 @@ async def test_add_of_a_pod_in_no_topology_passes_the_previous_result_through(
 async def test_add_wires_the_pod_records_it_and_check_passes(tmp_path: Path) -> None:
     async with daemon_node(tmp_path) as node, api_serving(node) as url:
         r1, r2 = await add_pair(node, url)
-        # ADD returned after r2's link was realised: nothing to wait for.
-        assert read_interfaces(r1)["eth1"].up and read_interfaces(r2)["eth1"].up
+        # ADD returned after r2's link was realised: both ends exist at once
+        # (operstate follows a moment later).
+        assert "eth1" in read_interfaces(r1) and "eth1" in read_interfaces(r2)
+        await node.wait(lambda: both_up(r1, r2), "both ends up")
         status = await node.wait_status(
             url, "r2", lambda s: s.get("container_id") == "c2", "r2's placement in the API"
         )
@@ -110,9 +118,10 @@ async def test_a_late_del_of_the_old_sandbox_is_ignored(tmp_path: Path) -> None:
         # r2 restarts: the new sandbox c3 is ADDed before the runtime DELs the old c2.
         new = node.pod_netns("r2")
         assert (await node.cni("ADD", "r2", "c3", new)).exit == 0
-        assert read_interfaces(new)["eth1"].up
+        assert "eth1" in read_interfaces(new)
         assert (await node.cni("DEL", "r2", "c2")).exit == 0
-        assert read_interfaces(new)["eth1"].up and read_interfaces(r1)["eth1"].up
+        await node.wait(lambda: both_up(r1, new), "the new sandbox's link up")
+        assert read_interfaces(new)["eth1"].alias == "meshwire:default/1"
         status = await node.wait_status(
             url, "r2", lambda s: s.get("container_id") == "c3", "r2's new sandbox in the API"
         )

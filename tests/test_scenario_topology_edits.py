@@ -23,6 +23,12 @@ def snapshot(lab: OneNodeLab) -> dict[str, dict[str, Interface]]:
     return {pod: lab.interfaces(pod) for pod in PODS}
 
 
+def settled_snapshot(lab: OneNodeLab) -> dict[str, dict[str, Interface]]:
+    """The interfaces once every link of the lab file is up (operstate lags a moment)."""
+    wait_until(lab.links_up, "every link end up")
+    return snapshot(lab)
+
+
 def by_name(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {obj["metadata"]["name"]: obj for obj in objects}
 
@@ -31,7 +37,7 @@ def test_a_link_removed_from_a_running_topology_loses_both_ends_and_nothing_else
     tmp_path: Path,
 ) -> None:
     with one_node_lab(tmp_path, "3node.yml") as lab:
-        before = snapshot(lab)
+        before = settled_snapshot(lab)
         edited = by_name(topologies("3node.yml"))
         for pod in ("r2", "r3"):
             edited[pod]["spec"]["links"] = [
@@ -51,7 +57,7 @@ def test_a_link_removed_from_a_running_topology_loses_both_ends_and_nothing_else
 def test_a_link_added_to_a_running_topology_is_created(tmp_path: Path) -> None:
     # meshnet #81: links added after the pods started were never created.
     with one_node_lab(tmp_path, "3node.yml") as lab:
-        before = snapshot(lab)
+        before = settled_snapshot(lab)
         edited = by_name(topologies("3node.yml"))
         edited["r1"]["spec"]["links"].append(
             {"uid": 4, "peer_pod": "r2", "local_intf": "eth3", "peer_intf": "eth3",
@@ -77,7 +83,7 @@ def test_a_link_added_to_a_running_topology_is_created(tmp_path: Path) -> None:
 
 def test_a_changed_local_ip_moves_the_address_and_keeps_the_interface(tmp_path: Path) -> None:
     with one_node_lab(tmp_path, "3node.yml") as lab:
-        before = snapshot(lab)
+        before = settled_snapshot(lab)
         edited = by_name(topologies("3node.yml"))
         link_of(edited["r1"], 1).update(local_ip="12.12.99.1/24", peer_ip="12.12.99.2/24")
         link_of(edited["r2"], 1).update(local_ip="12.12.99.2/24", peer_ip="12.12.99.1/24")
