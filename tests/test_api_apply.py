@@ -31,14 +31,29 @@ async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
         yield running
 
 
-def specs_in(path: Path) -> dict[tuple[str, str], Any]:
-    """(namespace, name) -> spec of every Topology in a meshnet YAML file, read plainly."""
+def as_written(item: dict[str, Any]) -> dict[str, Any]:
+    """What a user wrote of a Topology, without what the server adds to metadata.
+
+    The meshnet fixtures set only apiVersion, kind, metadata name (and
+    namespace) and spec; anything else the server returned, such as a status,
+    would show up here as a difference.
+    """
+    meta = item["metadata"]
+    rest = {k: v for k, v in item.items() if k != "metadata"}
+    return {
+        **rest,
+        "metadata": {"namespace": meta.get("namespace", "default"), "name": meta["name"]},
+    }
+
+
+def topologies_in(path: Path) -> dict[tuple[str, str], Any]:
+    """(namespace, name) -> every Topology in a meshnet YAML file as written, read plainly."""
     out: dict[tuple[str, str], Any] = {}
     for doc in yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader):
         for item in (doc or {}).get("items", [doc]) if (doc or {}).get("kind") == "List" else [doc]:
             if item and item.get("kind") == "Topology":
-                meta = item["metadata"]
-                out[(meta.get("namespace", "default"), meta["name"])] = item["spec"]
+                written = as_written(item)
+                out[(written["metadata"]["namespace"], written["metadata"]["name"])] = written
     return out
 
 
@@ -55,7 +70,7 @@ async def run_apply(*argv: str) -> int:
 async def test_meshnet_topologies_read_back_identical(
     server: ApiServer, fixture: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    expected = specs_in(fixture)
+    expected = topologies_in(fixture)
     assert expected, f"{fixture.name} has no Topology"
 
     assert await run_apply("-f", str(fixture), "--server", server.url) == 0
@@ -68,7 +83,7 @@ async def test_meshnet_topologies_read_back_identical(
     async with aio_api(server.url) as aio:
         aio_items = (await aio.list_cluster_custom_object(*TOPOLOGIES, PLURAL))["items"]
     for listed in (items, aio_items):
-        found = {(i["metadata"]["namespace"], i["metadata"]["name"]): i["spec"] for i in listed}
+        found = {(i["metadata"]["namespace"], i["metadata"]["name"]): as_written(i) for i in listed}
         assert found == expected
 
 
