@@ -4,7 +4,9 @@ Each scenario ends with the table equal to the server's state, and asserts the
 log of writes the table saw: every change once, nothing for an unchanged
 object. The server's test knobs break the connection the ways a real cluster
 does: watches dropped, history compacted (410), the server restarted, a
-half-open watch that never answers.
+half-open watch that never answers. The informer reaches the server by URL
+(the embedded mode's `api.url`) or through a kubeconfig (`api.kubeconfig`), as
+on a real cluster.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from pathlib import Path
 
 import pytest
 import uvloop
+import yaml
 from kubernetes.aio.client import ApiClient
 
 from meshwire.control.api.server import ApiServer
-from meshwire.control.informer.client import make_api_client
+from meshwire.control.informer.client import ApiConfigError, make_api_client
 from tests.informer_helpers import (
     FAST,
     Cluster,
@@ -254,6 +257,63 @@ async def test_a_half_open_watch_is_abandoned_after_the_client_timeout(
             await wait_converged(sink, api)
             assert sink.take_log() == ["upsert default/r1"]
             assert informer.stats.lists == 1
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig as a cluster admin hands one out: a cluster, a token user, a context."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": server}}],
+        "users": [{"name": "node", "user": {"token": "node-token"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "node"}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_the_informer_syncs_and_streams_through_a_kubeconfig(
+    db: Path, tmp_path: Path
+) -> None:
+    async with serving(db) as server:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url)
+        api = await make_api_client("", str(kubeconfig))
+        try:
+            cluster = Cluster(api)
+            await lab(cluster)
+            sink = RecordingSink()
+            async with running(api, sink) as informer:
+                await informer.synced.wait()
+                await cluster.delete("r3")
+                await wait_until(lambda: len(sink.log) >= 5, "r3's deletion")
+                await wait_converged(sink, api)
+                assert sink.take_log() == [
+                    "upsert default/r1",
+                    "upsert default/r2",
+                    "upsert default/r3",
+                    "initialized",
+                    "delete default/r3",
+                ]
+        finally:
+            await api.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [(None, "no such file"), ("apiVersion: v1\nkind: Config\n", "current-context")],
+    ids=["missing", "no-context"],
+)
+async def test_an_unusable_kubeconfig_is_an_error_naming_the_key_and_file(
+    tmp_path: Path, content: str | None, reason: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    if content is not None:
+        kubeconfig.write_text(content)
+    with pytest.raises(ApiConfigError) as caught:
+        await make_api_client("", str(kubeconfig))
+    assert str(caught.value).startswith(f"api.kubeconfig: {str(kubeconfig)!r}: ")
+    assert reason in str(caught.value)
 
 
 async def _stream_under_current_loop(db: Path) -> list[str]:
