@@ -11,7 +11,7 @@ leaves at worst a temporary name in the host netns, which the row's next attempt
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +69,10 @@ def clear_leftovers(host: Any, mark: Mark, temps: Sequence[str]) -> None:
 
 
 def create_and_place(
-    host: Any, mark: Mark, add: dict[str, Any], placements: Sequence[Placement]
+    host: Any, mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
 ) -> None:
-    """Create with `host.link("add", **add)`, mark each placement's interface, move it.
+    """Call `create` (it makes the placements' interfaces under their temporary names
+    in the host netns), mark each placement's interface, move it.
 
     On any failure every interface still under a temporary name in the host netns
     is deleted (for a veth that also removes an end already moved) and the error
@@ -79,7 +80,7 @@ def create_and_place(
     """
     temps = [p.temp for p in placements]
     clear_leftovers(host, mark, temps)
-    host.link("add", **add)
+    create()
     try:
         indexes = []
         for placement in placements:

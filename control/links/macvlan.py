@@ -60,7 +60,9 @@ class MacvlanDriver:
                     }
                     if row.mtu:
                         add["mtu"] = row.mtu
-                    create_and_place(host, mark, add, [Placement(temp, ns, end.intf)])
+                    create_and_place(
+                        host, mark, lambda: host.link("add", **add), [Placement(temp, ns, end.intf)]
+                    )
                     found = iface.find(ipr, end.intf)
                     if found is None:
                         raise LinkError(

@@ -61,6 +61,7 @@ class Role(StrEnum):
     VETH_PEER = "b"
     VXLAN = "x"
     MACVLAN = "m"
+    TAP = "t"
 
 
 def temp_name(row_key: str, role: Role) -> str:

@@ -84,7 +84,7 @@ class VethDriver:
             create_and_place(
                 host,
                 mark,
-                add,
+                lambda: host.link("add", **add),
                 [
                     Placement(local_temp, local[1], row.local.intf),
                     Placement(peer_temp, peer[1], row.peer.intf),

@@ -64,7 +64,9 @@ class VxlanDriver:
                 if row.mtu:
                     add["mtu"] = row.mtu
                 with open_netns(self._host) as hns, netlink(hns) as host:
-                    create_and_place(host, mark, add, [Placement(temp, ns, end.intf)])
+                    create_and_place(
+                        host, mark, lambda: host.link("add", **add), [Placement(temp, ns, end.intf)]
+                    )
                 found = iface.find(ipr, end.intf)
                 if found is None:
                     raise LinkError(mark.link, end.netns, end.intf, "vanished right after creation")
