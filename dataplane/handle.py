@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections import deque
 
 from meshwire.dataplane import fdpass, messages
@@ -38,6 +39,8 @@ class WorkerHandle:
         # The last complete report: outgoing streams and every wire's counters.
         self.streams: messages.StreamReport | None = None
         self.wires: dict[int, Counters] = {}
+        # time.monotonic() when `streams` arrived (0: never).
+        self.reported_at = 0.0
         self._reported = asyncio.Condition()
         self._closed = False
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_datagram)
@@ -70,6 +73,17 @@ class WorkerHandle:
     @property
     def pid(self) -> int:
         return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        """False once the worker closed its socket (it exited or is exiting)."""
+        return not self._closed
+
+    async def wait(self) -> int:
+        """Waits for the worker process to exit; returns its exit code."""
+        code = await self._process.wait()
+        self._close()
+        return code
 
     async def add_wire(self, command: messages.AddWire, fd: int) -> None:
         """Adds or re-points a wire; raises WorkerError with the worker's reason."""
@@ -148,6 +162,7 @@ class WorkerHandle:
             self._acks.popleft().set_result(message)
         elif isinstance(message, messages.StreamReport):
             self.streams = message
+            self.reported_at = time.monotonic()
             self._partial = {}
         elif isinstance(message, messages.WireReport):
             self._partial.update(message.wires)

@@ -1,0 +1,120 @@
+"""grpc: the peer pod runs on another node; a persistent TAP in the local pod netns.
+
+The TAP `local.intf` in `local.netns` carries the row's address and MTU, is up
+and marked. Its frames go through the dataplane workers, not the kernel: the
+driver hands one fd on the TAP to the wire manager (`WireEnds`), which passes
+it to the owning worker and joins the wire to the far end asynchronously; the
+TAP's carrier is up only while the far end is ready, so the pod sees a link
+without carrier, never one that silently drops.
+
+A new TAP is created in the host netns under the row's temporary name, marked
+and moved into the pod netns, like every kind (lifecycle.py). The TAP is
+persistent: it outlives the daemon and its fds, keeps the pod's addresses and
+routes, and a restarted daemon attaches to it again by name, so nothing in the
+pod changes across a restart. Another process holding the TAP (an old worker
+still exiting) makes attaching fail with EBUSY, retried as a `LinkError`.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from typing import Any
+
+from meshwire.control.wire.types import TapRef, WireEnds
+from meshwire.dataplane.tap import TapSpec, open_tap_in
+
+from ..tables.links import LinkRow
+from . import iface
+from .errors import LinkError, blame
+from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
+from .names import Mark, Role, temp_name
+from .netns import CURRENT, Netns, netlink, open_netns
+
+# IFLA_INFO_KIND of TUN and TAP devices.
+KIND = "tun"
+
+
+class GrpcDriver:
+    def __init__(self, wires: WireEnds, offloads: bool = True, host_netns: str = "") -> None:
+        """`offloads`: open TAPs with the virtio-net header (config `dataplane.offloads`).
+
+        `host_netns`: where TAPs are created before they move ("": the caller's).
+        """
+        self._wires = wires
+        self._offloads = offloads
+        self._host = host_netns or CURRENT
+
+    def update(self, row: LinkRow) -> None:
+        mark = Mark(row.namespace, row.uid)
+        end = row.local
+        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        with ExitStack() as stack, blame(mark.link, end.netns, end.intf):
+            ns = stack.enter_context(open_netns(end.netns))
+            ipr = stack.enter_context(netlink(ns))
+            found = iface.find(ipr, end.intf)
+            claim(mark, found, end.netns, end.intf)
+            fd = None
+            if found is None or found.kind != KIND:
+                if found is not None:
+                    iface.delete(ipr, found.index)
+                fd = self._create(row, mark, ns)
+                found = iface.find(ipr, end.intf)
+                if found is None:
+                    os.close(fd)
+                    raise LinkError(mark.link, end.netns, end.intf, "vanished right after creation")
+            tap = TapRef(ns.identity, found.index)
+            if fd is None and self._wires.held(row.key) != tap:
+                fd = self._attach(row, mark, ipr, found)
+            try:
+                iface.converge(ipr, found, mark, row.mtu, end.ip)
+            except BaseException:
+                if fd is not None:
+                    os.close(fd)
+                raise
+            self._wires.attach(row, tap, fd)
+
+    def delete(self, row: LinkRow) -> None:
+        """Stop the wire and remove the TAP if it is this link's; a gone netns or TAP is success."""
+        mark = Mark(row.namespace, row.uid)
+        self._wires.detach(row.key)
+        with blame(mark.link, row.local.netns, row.local.intf):
+            delete_end(row.local.netns, row.local.intf, KIND, mark)
+        with blame(mark.link, self._host, ""), open_netns(self._host) as hns, netlink(hns) as host:
+            clear_leftovers(host, mark, [temp_name(row.key, Role.TAP)])
+
+    def _spec(self, row: LinkRow, name: str) -> TapSpec:
+        return TapSpec(name, row.mtu or 1500, self._offloads)
+
+    def _create(self, row: LinkRow, mark: Mark, ns: Netns) -> int:
+        """A new marked TAP moved into `ns` as `local.intf`; returns its fd."""
+        temp = temp_name(row.key, Role.TAP)
+        fds: list[int] = []
+
+        def create() -> None:
+            fds.append(open_tap_in(self._host, self._spec(row, temp)))
+
+        try:
+            with open_netns(self._host) as hns, netlink(hns) as host:
+                create_and_place(host, mark, create, [Placement(temp, ns, row.local.intf)])
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds[0]
+
+    def _attach(self, row: LinkRow, mark: Mark, ipr: Any, found: iface.Iface) -> int:
+        """An fd on the existing TAP `found`, after checking the name still means it.
+
+        Attaching by name creates a TAP if the name vanished meanwhile; such an
+        unmarked newcomer is deleted again and the attempt retried.
+        """
+        end = row.local
+        fd = open_tap_in(end.netns, self._spec(row, end.intf))
+        now = iface.find(ipr, end.intf)
+        if now is not None and now.index == found.index:
+            return fd
+        os.close(fd)
+        if now is not None and now.mark is None and now.kind == KIND:
+            iface.delete(ipr, now.index)
+        raise LinkError(mark.link, end.netns, end.intf, "TAP vanished while attaching to it")

@@ -1,0 +1,481 @@
+"""The wire manager: control's state of every gRPC wire end on this node (DESIGN.md §5).
+
+It owns control's TAP fds and the facts of state.py, and keeps three things
+equal to them:
+
+- the workers (through `WorkerSlots.changed`: the pool asks `desired(wire_id)`
+  and hands the worker the AddWire and a duplicate fd, or removes the wire);
+- each TAP's carrier: up exactly while the wire is ready;
+- the handshakes: every peer node with a wire that is not ready (or is being
+  verified) is in `nodes`, the queue the handshake loop serves, and so is a
+  node owed a goodbye (DeleteWires) for an end removed here.
+
+Three parties change it: the grpc link driver (`attach`/`detach`, from netlink
+threads through `ThreadEnds`), the handshake loop (`answered`/`unreachable`),
+and the peer service (`offered`/`withdrawn`, a peer's own handshake). All of
+them run on the event loop thread, so nothing here locks.
+
+A goodbye is checked again when it is sent: if the wire is back by then (a
+pod restarted on its node and its end was realised again) it is not sent, so
+a late goodbye never cancels a fresh handshake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from meshwire.control.links.errors import LinkError, SpecError
+from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.tables.links import LinkRow
+from meshwire.control.wire.state import (
+    Wire,
+    judge_offer,
+    offer,
+    offer_key,
+    same_far_end,
+    worker_command,
+)
+from meshwire.control.wire.types import FarEnd, TapRef
+from meshwire.dataplane.messages import AddWire
+from meshwire.dataplane.tap import set_carrier
+from meshwire.proto import meshwire_pb2
+
+log = logging.getLogger(__name__)
+
+# A goodbye to a node that does not answer is given up after this many
+# attempts (about 25 s with the handshake backoff): the far node's own
+# topology tells it the link is gone, the goodbye only makes it quicker.
+GOODBYE_ATTEMPTS = 8
+# How long a netlink thread waits for the event loop to take its call.
+THREAD_CALL_TIMEOUT = 10.0
+
+T = TypeVar("T")
+
+
+class WorkerSlots(Protocol):
+    def port_of(self, wire_id: int) -> int:
+        """The data port of the worker that owns `wire_id`."""
+        ...
+
+    def changed(self, wire_id: int) -> None:
+        """`desired(wire_id)` may have changed: bring the owning worker in line."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Desired:
+    """What a worker must hold for one wire: the command, control's fd, its generation."""
+
+    command: AddWire
+    fd: int
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Goodbye:
+    """A far end (on node `node_ip`) to tell that this node's end of its wire is gone."""
+
+    node_ip: str
+    namespace: str
+    uid: int
+    # The far end's pod: the callee's pod, as DeleteWires names it.
+    pod: str
+
+
+class WireManager:
+    def __init__(self, node_ip: str, offloads: bool, slots: WorkerSlots, nodes: WorkQueue) -> None:
+        self.node_ip = node_ip
+        self.offloads = offloads
+        self.slots = slots
+        # Peer node IPs with handshake work: the handshake loop consumes it.
+        self.nodes = nodes
+        # Row key -> wire. Invariant: `_by_id[w.row.wire_id] == key` and `key in
+        # _by_node[w.row.peer_node_ip]` for every wire `w` at `key`, and nothing else
+        # is in either index.
+        self._wires: dict[str, Wire] = {}
+        self._by_id: dict[int, str] = {}
+        self._by_node: dict[str, set[str]] = {}
+        # Goodbyes not yet delivered -> attempts so far.
+        self._goodbyes: dict[Goodbye, int] = {}
+        self._generation = itertools.count(1)
+        self._closed = False
+
+    # -- the driver's side (see ThreadEnds) ------------------------------------
+
+    def held(self, key: str) -> TapRef | None:
+        wire = self._wires.get(key)
+        return wire.tap if wire is not None else None
+
+    def attach(self, row: LinkRow, tap: TapRef, fd: int | None) -> None:
+        try:
+            self._check_attach(row, tap, fd)
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        wire = self._wires.get(row.key)
+        if wire is None:
+            assert fd is not None  # _check_attach
+            wire = Wire(row, tap, fd, next(self._generation))
+            self._index(row.key, wire)
+            self._carrier(wire)
+            self.slots.changed(row.wire_id)
+            self.nodes.add(row.peer_node_ip)
+            return
+        if fd is not None:
+            old, wire.fd, wire.tap = wire.fd, fd, tap
+            wire.generation = next(self._generation)
+            os.close(old)
+            self._carrier(wire)
+        if not same_far_end(wire.row, row):
+            self._unindex(row.key, wire)
+            self._lose_far(wire)
+            self.slots.changed(wire.row.wire_id)
+            wire.row = row
+            self._index(row.key, wire)
+        else:
+            wire.row = row
+        self.slots.changed(row.wire_id)
+        if wire.wants_handshake():
+            self.nodes.add(row.peer_node_ip)
+
+    def _check_attach(self, row: LinkRow, tap: TapRef, fd: int | None) -> None:
+        link = f"{row.namespace}/{row.uid}"
+        if self._closed:
+            raise LinkError(link, row.local.netns, row.local.intf, "the wire manager is closed")
+        wire = self._wires.get(row.key)
+        if fd is None and (wire is None or wire.tap != tap):
+            raise LinkError(
+                link, row.local.netns, row.local.intf, "no fd is held on this TAP any more"
+            )
+        other = self._by_id.get(row.wire_id)
+        if other is not None and other != row.key:
+            raise SpecError(
+                link,
+                row.local.netns,
+                row.local.intf,
+                f"wire id {row.wire_id} is already used by {other} on this node "
+                "(their namespaces hash to one slot); rename a namespace or renumber a uid",
+            )
+
+    def detach(self, key: str) -> None:
+        wire = self._wires.pop(key, None)
+        if wire is None:
+            return
+        self._unindex(key, wire, popped=True)
+        self._lose_far(wire)
+        self.slots.changed(wire.row.wire_id)
+        with contextlib.suppress(OSError):
+            os.close(wire.fd)
+
+    # -- what the worker pool reads ---------------------------------------------
+
+    def desired(self, wire_id: int) -> Desired | None:
+        key = self._by_id.get(wire_id)
+        wire = self._wires.get(key) if key is not None else None
+        if wire is None:
+            return None
+        command = worker_command(wire)
+        return None if command is None else Desired(command, wire.fd, wire.generation)
+
+    def wire_ids(self) -> list[int]:
+        return list(self._by_id)
+
+    # -- the handshake loop's side ----------------------------------------------
+
+    def offers_for(self, node_ip: str) -> list[tuple[str, meshwire_pb2.WireOffer]]:
+        """(key, offer) of every wire towards `node_ip` that wants a handshake."""
+        out = []
+        for key in sorted(self._by_node.get(node_ip, ())):
+            wire = self._wires[key]
+            if wire.wants_handshake():
+                out.append((key, offer(wire, self.slots.port_of(wire.row.wire_id))))
+        return out
+
+    def answered(self, node_ip: str, key: str, answer: meshwire_pb2.WireAnswer) -> None:
+        wire = self._wires.get(key)
+        if wire is None or wire.row.peer_node_ip != node_ip:
+            return  # the wire went or moved while the call was out: its own pass follows
+        wire.verify = False
+        if answer.error:
+            wire.problem = "" if answer.pending else answer.error
+            if wire.far is not None:
+                log.info("wire %s: node %s no longer has its end: %s", key, node_ip, answer.error)
+                self._lose_far(wire, goodbye=False)
+                self.slots.changed(wire.row.wire_id)
+            return
+        wire.problem = ""
+        self._join(wire, FarEnd(node_ip, answer.data_port, answer.wire_id))
+
+    def unreachable(self, node_ip: str, keys: Iterable[str], why: str) -> None:
+        """A CreateWires to `node_ip` failed as a whole; a ready wire stays ready."""
+        for key in keys:
+            wire = self._wires.get(key)
+            if wire is not None and wire.row.peer_node_ip == node_ip:
+                wire.problem = f"peer node {node_ip}: {why}"
+                wire.verify = False
+
+    def needs_handshake(self, node_ip: str) -> bool:
+        if any(g.node_ip == node_ip for g in self._goodbyes):
+            return True
+        return any(self._wires[key].wants_handshake() for key in self._by_node.get(node_ip, ()))
+
+    def goodbyes_for(self, node_ip: str) -> list[Goodbye]:
+        """Goodbyes owed to `node_ip`, without those whose wire is back meanwhile."""
+        out = []
+        for goodbye in list(self._goodbyes):
+            if goodbye.node_ip != node_ip:
+                continue
+            if self._back(goodbye):
+                del self._goodbyes[goodbye]
+            else:
+                out.append(goodbye)
+        return out
+
+    def goodbyes_sent(self, goodbyes: Iterable[Goodbye], failure: str = "") -> None:
+        for goodbye in goodbyes:
+            if goodbye not in self._goodbyes:
+                continue
+            if not failure:
+                del self._goodbyes[goodbye]
+                continue
+            self._goodbyes[goodbye] += 1
+            if self._goodbyes[goodbye] >= GOODBYE_ATTEMPTS:
+                del self._goodbyes[goodbye]
+                log.warning(
+                    "wire %s/%s: node %s was not told that this end is gone (%s); "
+                    "its own topology will tell it",
+                    goodbye.namespace,
+                    goodbye.uid,
+                    goodbye.node_ip,
+                    failure,
+                )
+
+    def verify_all(self) -> None:
+        """Ask every far end again whether it still has its end (the full pass)."""
+        for wire in self._wires.values():
+            if wire.ready:
+                wire.verify = True
+        for node_ip in self._by_node:
+            self.nodes.add(node_ip)
+
+    # -- the peer service's side ------------------------------------------------
+
+    def offered(
+        self, caller_ip: str, caller_offloads: bool, offers: Iterable[meshwire_pb2.WireOffer]
+    ) -> list[meshwire_pb2.WireAnswer]:
+        """Answers a peer's CreateWires: joins each acceptable offer to its wire here."""
+        answers = []
+        for one in offers:
+            key = offer_key(one)
+            wire = self._wires.get(key)
+            verdict = judge_offer(wire, caller_ip, one, self.offloads, caller_offloads)
+            end = meshwire_pb2.WireEnd(
+                namespace=one.local.namespace, uid=one.local.uid, pod=one.peer_pod
+            )
+            if verdict.error or wire is None:
+                answers.append(
+                    meshwire_pb2.WireAnswer(end=end, error=verdict.error, pending=verdict.pending)
+                )
+                continue
+            wire.problem = ""
+            wire.verify = False
+            self._join(wire, FarEnd(caller_ip, one.data_port, one.wire_id))
+            answers.append(
+                meshwire_pb2.WireAnswer(
+                    end=end,
+                    wire_id=wire.row.wire_id,
+                    data_port=self.slots.port_of(wire.row.wire_id),
+                )
+            )
+        return answers
+
+    def withdrawn(self, caller_ip: str, ends: Iterable[meshwire_pb2.WireEnd]) -> None:
+        """A peer's DeleteWires: its ends of these wires are gone; ours wait for a new one."""
+        for end in ends:
+            wire = self._wires.get(f"{end.namespace}/{end.uid}/{end.pod}")
+            if wire is None or wire.far is None or wire.far.node_ip != caller_ip:
+                continue
+            log.info("wire %s: node %s removed its end", wire.row.key, caller_ip)
+            self._lose_far(wire, goodbye=False)
+            self.slots.changed(wire.row.wire_id)
+            self.nodes.add_rate_limited(caller_ip)
+
+    # -- observation ------------------------------------------------------------
+
+    def problems(self, keys: Iterable[str]) -> list[str]:
+        """Handshake problems of the rows `keys` (a pod's rows), in key order."""
+        out = []
+        for key in sorted(keys):
+            wire = self._wires.get(key)
+            if wire is not None and wire.problem:
+                out.append(f"link {wire.row.namespace}/{wire.row.uid}: {wire.problem}")
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """Wires by state: `ready` and `waiting` (for the far end)."""
+        ready = sum(w.ready for w in self._wires.values())
+        return {"ready": ready, "waiting": len(self._wires) - ready}
+
+    def expected_refs(self, index_of: Callable[[int], int]) -> Counter[tuple[int, str, str, int]]:
+        """(worker, namespace, peer node, peer port) -> ready wires, as the workers should count."""
+        refs: Counter[tuple[int, str, str, int]] = Counter()
+        for wire in self._wires.values():
+            if wire.far is not None:
+                worker = index_of(wire.row.wire_id)
+                refs[(worker, wire.row.namespace, wire.far.node_ip, wire.far.data_port)] += 1
+        return refs
+
+    def ready(self, key: str) -> bool:
+        wire = self._wires.get(key)
+        return wire is not None and wire.ready
+
+    def __len__(self) -> int:
+        return len(self._wires)
+
+    # -- shutdown ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Refuse new attaches and close control's fds; the TAPs stay (they are persistent)."""
+        self._closed = True
+        for wire in self._wires.values():
+            with contextlib.suppress(OSError):
+                os.close(wire.fd)
+        self._wires.clear()
+        self._by_id.clear()
+        self._by_node.clear()
+
+    # -- internals --------------------------------------------------------------
+
+    def _join(self, wire: Wire, far: FarEnd) -> None:
+        if wire.far == far:
+            return
+        wire.far = far
+        self._carrier(wire)
+        self.slots.changed(wire.row.wire_id)
+
+    def _lose_far(self, wire: Wire, goodbye: bool = True) -> None:
+        """The wire is no longer joined; with `goodbye`, the far node is told."""
+        row = wire.row
+        if goodbye and row.peer_node_ip:
+            self._goodbyes.setdefault(
+                Goodbye(row.peer_node_ip, row.namespace, row.uid, row.peer.pod), 0
+            )
+            self.nodes.add(row.peer_node_ip)
+        if wire.far is not None:
+            wire.far = None
+            self._carrier(wire)
+
+    def _back(self, goodbye: Goodbye) -> bool:
+        for key in self._by_node.get(goodbye.node_ip, ()):
+            row = self._wires[key].row
+            if (row.namespace, row.uid, row.peer.pod) == (
+                goodbye.namespace,
+                goodbye.uid,
+                goodbye.pod,
+            ):
+                return True
+        return False
+
+    def _carrier(self, wire: Wire) -> None:
+        try:
+            set_carrier(wire.fd, wire.ready)
+        except OSError as exc:
+            # The TAP is gone (its netns was deleted): the reconciler rebuilds it.
+            log.debug("wire %s: carrier: %s", wire.row.key, exc)
+
+    def _index(self, key: str, wire: Wire) -> None:
+        self._wires[key] = wire
+        self._by_id[wire.row.wire_id] = key
+        self._by_node.setdefault(wire.row.peer_node_ip, set()).add(key)
+
+    def _unindex(self, key: str, wire: Wire, popped: bool = False) -> None:
+        if not popped:
+            self._wires.pop(key, None)
+        if self._by_id.get(wire.row.wire_id) == key:
+            del self._by_id[wire.row.wire_id]
+        keys = self._by_node.get(wire.row.peer_node_ip)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_node[wire.row.peer_node_ip]
+
+
+class ThreadEnds:
+    """`WireEnds` for netlink threads: each call runs on the manager's event loop and waits.
+
+    Calls fail (`LinkError`) until `bind` names the loop; a call from the loop's
+    own thread runs at once.
+    """
+
+    def __init__(self, manager: WireManager) -> None:
+        self._manager = manager
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run calls on `loop`; call this from the loop's thread."""
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+
+    def held(self, key: str) -> TapRef | None:
+        return self._call(lambda: self._manager.held(key), key)
+
+    def attach(self, row: LinkRow, tap: TapRef, fd: int | None) -> None:
+        try:
+            self._call(lambda: self._manager.attach(row, tap, fd), row.key)
+        except _NotTaken:
+            if fd is not None:
+                os.close(fd)
+            raise LinkError(
+                f"{row.namespace}/{row.uid}",
+                row.local.netns,
+                row.local.intf,
+                "the wire manager's event loop did not take the TAP",
+            ) from None
+
+    def detach(self, key: str) -> None:
+        self._call(lambda: self._manager.detach(key), key)
+
+    def _call(self, fn: Callable[[], T], key: str) -> T:
+        """`fn()` run on the loop; raises `_NotTaken` if the loop never ran it."""
+        if self._loop is None:
+            raise _NotTaken(key)
+        if threading.get_ident() == self._loop_thread:
+            return fn()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(fn())
+                except BaseException as exc:
+                    done.set_exception(exc)
+
+        try:
+            self._loop.call_soon_threadsafe(run)
+        except RuntimeError:
+            raise _NotTaken(key) from None
+        try:
+            return done.result(THREAD_CALL_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            if done.cancel():
+                raise _NotTaken(key) from None
+            return done.result()
+
+
+class _NotTaken(LinkError):
+    """The event loop is closed or too busy: the call never ran."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key, "", "", "the wire manager's event loop is not running")

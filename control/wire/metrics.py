@@ -1,0 +1,95 @@
+"""Prometheus series of the gRPC wire, read from the stack at scrape time.
+
+Frame counters are the workers' (their last report, about once a second);
+stream refcounts are reported by the workers and checked against what the
+manager's ready wires imply (`meshwire_wire_stream_ref_mismatches`, absent
+while a report may lag a command).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from meshwire.control.wire.stack import WireStack
+
+
+class WireCollector(Collector):
+    def __init__(self, stack: WireStack) -> None:
+        self.stack = stack
+
+    def collect(self) -> Iterator[Metric]:
+        stack = self.stack
+        pool, manager = stack.pool, stack.manager
+        wires = GaugeMetricFamily(
+            "meshwire_wires", "gRPC wire ends of this node by state.", labels=["state"]
+        )
+        for state, count in sorted(manager.counts().items()):
+            wires.add_metric([state], count)
+        yield wires
+        yield GaugeMetricFamily(
+            "meshwire_wires_in_workers", "Wires the workers hold.", value=pool.held()
+        )
+        totals = [0] * 6
+        for counters in pool.counters().values():
+            totals = [a + b for a, b in zip(totals, counters.as_list(), strict=True)]
+        for i, (name, doc) in enumerate(
+            [
+                ("tx_frames", "Frames read from TAPs and sent to peers."),
+                ("tx_bytes", "Bytes read from TAPs and sent to peers."),
+                ("tx_drops", "Frames too long for a batch."),
+                ("rx_frames", "Frames received from peers and written to TAPs."),
+                ("rx_bytes", "Bytes received from peers and written to TAPs."),
+                ("rx_drops", "Frames a TAP refused (queue full or down)."),
+            ]
+        ):
+            yield CounterMetricFamily(f"meshwire_wire_{name}", doc, value=totals[i])
+        streams = GaugeMetricFamily(
+            "meshwire_wire_stream_refs",
+            "Wires using each outgoing stream, as the workers report.",
+            labels=["worker", "namespace", "peer"],
+        )
+        for worker, stream in pool.streams():
+            peer = f"{stream.peer_node}:{stream.peer_port}"
+            streams.add_metric([str(worker), stream.namespace, peer], stream.refs)
+        yield streams
+        mismatches = pool.ref_mismatches(manager.expected_refs(pool.index_of))
+        if mismatches is not None:
+            yield GaugeMetricFamily(
+                "meshwire_wire_stream_ref_mismatches",
+                "Streams whose reported refcount differs from the ready wires that use them.",
+                value=mismatches,
+            )
+        totals_by_kind = pool.totals()
+        yield CounterMetricFamily(
+            "meshwire_wire_unknown_frames",
+            "Frames received for a wire id no worker holds (or of another namespace).",
+            value=totals_by_kind.get("unknown", 0),
+        )
+        yield CounterMetricFamily(
+            "meshwire_wire_malformed_batches",
+            "Batches dropped whole as malformed.",
+            value=totals_by_kind.get("malformed", 0),
+        )
+        yield GaugeMetricFamily(
+            "meshwire_wire_incoming_streams",
+            "Streams peers send on to this node's workers.",
+            value=totals_by_kind.get("incoming", 0),
+        )
+        pids = GaugeMetricFamily(
+            "meshwire_worker_pid", "Process id of each dataplane worker.", labels=["worker"]
+        )
+        for worker, pid in sorted(pool.pids().items()):
+            pids.add_metric([str(worker)], pid)
+        yield pids
+        yield CounterMetricFamily(
+            "meshwire_worker_restarts", "Dataplane workers restarted.", value=pool.restarts()
+        )
+        calls = CounterMetricFamily(
+            "meshwire_peer_rpcs", "Peer RPCs made, by method and outcome.", labels=["method", "ok"]
+        )
+        for (method, ok), count in sorted(stack.handshaker.calls.items()):
+            calls.add_metric([method, str(ok).lower()], count)
+        yield calls

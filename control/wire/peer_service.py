@@ -1,0 +1,88 @@
+"""The Peer service this node serves (`peer.listen`): other nodes' handshakes.
+
+It checks each request for what no well-behaved peer sends (a caller address
+that is not an IP, a name too long to be a Kubernetes name, a uid or port out
+of range) and refuses the whole call with INVALID_ARGUMENT naming the field;
+everything else is the manager's to judge, wire by wire. Nothing in a request
+is ever used as a path: wires are named by (namespace, uid, pod) only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import grpc
+
+from meshwire.control.reconcile.ids import UID_LIMIT
+from meshwire.control.wire.manager import WireManager
+from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
+
+# Kubernetes names (namespaces, pods) are at most 253 bytes.
+MAX_NAME = 253
+
+
+def request_problem(node_ip: str, ends: list[tuple[str, Any]], ports: list[int]) -> str:
+    """Why a request is unusable ("" if it is not); `ends` are (field, WireEnd-like)."""
+    try:
+        ipaddress.ip_address(node_ip)
+    except ValueError:
+        return f"node_ip: {node_ip!r} is not an IP address"
+    for field, end in ends:
+        for name in ("namespace", "pod"):
+            value = getattr(end, name)
+            if not value or len(value.encode()) > MAX_NAME:
+                return f"{field}.{name}: {value!r} is not a Kubernetes name"
+        if not 0 < end.uid < UID_LIMIT:
+            return f"{field}.uid: {end.uid} is outside 1..{UID_LIMIT - 1}"
+    for i, port in enumerate(ports):
+        if not 0 < port < 65536:
+            return f"wires[{i}].data_port: {port} is not a port"
+    return ""
+
+
+class PeerService(meshwire_pb2_grpc.PeerServicer):
+    def __init__(self, manager: WireManager) -> None:
+        self._manager = manager
+
+    async def CreateWires(
+        self, request: meshwire_pb2.CreateWiresRequest, context: Any
+    ) -> meshwire_pb2.CreateWiresReply:
+        ends: list[tuple[str, Any]] = []
+        for i, offer in enumerate(request.wires):
+            ends.append((f"wires[{i}].local", offer.local))
+            peer = meshwire_pb2.WireEnd(namespace=offer.local.namespace, uid=1, pod=offer.peer_pod)
+            ends.append((f"wires[{i}].peer_pod", peer))
+        problem = request_problem(request.node_ip, ends, [o.data_port for o in request.wires])
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        answers = self._manager.offered(request.node_ip, request.offloads, request.wires)
+        return meshwire_pb2.CreateWiresReply(wires=answers)
+
+    async def DeleteWires(
+        self, request: meshwire_pb2.DeleteWiresRequest, context: Any
+    ) -> meshwire_pb2.DeleteWiresReply:
+        ends = [(f"wires[{i}]", end) for i, end in enumerate(request.wires)]
+        problem = request_problem(request.node_ip, ends, [])
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        self._manager.withdrawn(request.node_ip, request.wires)
+        return meshwire_pb2.DeleteWiresReply(
+            wires=[meshwire_pb2.WireAnswer(end=end) for end in request.wires]
+        )
+
+
+async def start_peer_server(listen: str, manager: WireManager) -> Any:
+    """A started grpc.aio server for the Peer service on `listen` (HOST:PORT)."""
+    server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    meshwire_pb2_grpc.add_PeerServicer_to_server(PeerService(manager), server)  # type: ignore[no-untyped-call]
+    host, _, port = listen.rpartition(":")
+    address = f"[{host}]:{port}" if ":" in host else listen
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"peer.listen {listen}: cannot bind: {exc}") from None
+    if bound == 0:
+        raise OSError(f"peer.listen {listen}: cannot bind")
+    await server.start()
+    return server

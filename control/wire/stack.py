@@ -1,0 +1,88 @@
+"""The gRPC wire's control side, assembled: manager, workers, handshakes, Peer service.
+
+The daemon builds one when `inter_node_link_type` is `grpc`:
+
+    grpc driver ──attach/detach──▶ manager ──changed──▶ worker pool ──fds──▶ workers
+                                     ▲  │ nodes queue
+                 Peer service ───────┘  └──▶ handshake loop ──RPC──▶ peer nodes
+
+Start order: the workers, then the Peer service (peers' handshakes are
+answered `pending` until this node's ends exist), then the handshake loop.
+`close` stops them in reverse and never removes a TAP: they are persistent,
+and a restarted daemon attaches to them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+from meshwire.control.config import Config
+from meshwire.control.links.grpc import GrpcDriver
+from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.reconcile.retries import ExponentialBackoff
+from meshwire.control.wire.handshake import Handshaker
+from meshwire.control.wire.manager import Desired, ThreadEnds, WireManager
+from meshwire.control.wire.peer_client import GrpcPeerClient
+from meshwire.control.wire.peer_service import start_peer_server
+from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
+
+# The Peer service stops within this grace (in-flight handshakes finish).
+SERVER_GRACE = 0.5
+
+
+def worker_count(config: Config) -> int:
+    return config.workers or os.cpu_count() or 1
+
+
+class WireStack:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        nodes = WorkQueue(
+            debounce=config.reconcile.debounce,
+            limiter=ExponentialBackoff(config.reconcile.backoff_min, config.reconcile.backoff_max),
+        )
+        self.pool = WorkerPool(
+            PoolSettings(
+                count=worker_count(config),
+                listen_host=config.node_ip,
+                port_base=config.dataplane.port_base,
+                batch_frames=config.dataplane.batch_frames,
+            ),
+            desired=self._desired,
+        )
+        self.manager = WireManager(config.node_ip, config.dataplane.offloads, self.pool, nodes)
+        peer_port = int(config.peer.listen.rpartition(":")[2])
+        self.client = GrpcPeerClient(peer_port, config.peer.rpc_timeout)
+        self.handshaker = Handshaker(self.manager, self.client, config.node_name)
+        self.ends = ThreadEnds(self.manager)
+        self.driver = GrpcDriver(self.ends, offloads=config.dataplane.offloads)
+        self.started = False
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _desired(self, wire_id: int) -> Desired | None:
+        return self.manager.desired(wire_id)
+
+    async def start(self) -> None:
+        """Start on the event loop the daemon runs; the driver works from then on."""
+        self.ends.bind(asyncio.get_running_loop())
+        await self.pool.start()
+        self._server = await start_peer_server(self.config.peer.listen, self.manager)
+        self._task = asyncio.create_task(self.handshaker.run(), name="handshakes")
+        self.started = True
+
+    async def close(self) -> None:
+        """Stop handshakes, the Peer service and the workers; TAPs and their addresses stay."""
+        self.manager.nodes.shutdown()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._server is not None:
+            await self._server.stop(SERVER_GRACE)
+        await self.client.close()
+        await self.pool.close()
+        self.manager.close()

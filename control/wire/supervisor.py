@@ -1,0 +1,282 @@
+"""The worker supervisor: N dataplane workers, each holding exactly the wires it should.
+
+Wire `w` belongs to worker `(w >> 1) % N` (both ends of a wire have the same
+id but for bit 0, so they sit on workers of the same index on their nodes),
+which serves on `port_base + index`. The pool is declarative: for every wire
+id it was told `changed`, it asks `desired(wire_id)` and brings the worker in
+line (AddWire with a duplicate of control's fd, or RemoveWire), one command at
+a time per worker, in order. What each worker holds is remembered as
+(command, fd generation), so a repeat costs nothing and a new fd is handed
+over exactly once.
+
+A worker that exits is started again on the same port (after 100 ms, doubling
+to 5 s while it keeps dying) and handed every wire it should hold: frames in
+flight are lost, nothing else. Workers are fresh interpreters, never forks of
+control (which runs gRPC threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from meshwire.control.reconcile.retries import ExponentialBackoff
+from meshwire.control.wire.manager import Desired
+from meshwire.dataplane.counters import Counters
+from meshwire.dataplane.handle import WorkerError, WorkerHandle
+from meshwire.dataplane.messages import AddWire, StreamState
+from meshwire.dataplane.worker import WorkerConfig
+
+log = logging.getLogger(__name__)
+
+# A worker that lived this long has its restart backoff reset.
+HEALTHY_AFTER = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    count: int
+    listen_host: str
+    port_base: int
+    batch_frames: int = 64
+    report_interval: float = 1.0
+
+
+@dataclass(eq=False)
+class _Slot:
+    index: int
+    handle: WorkerHandle | None = None
+    # wire id -> (command, fd generation) the worker holds.
+    sent: dict[int, tuple[AddWire, int]] = field(default_factory=dict)
+    # Wire ids whose desired state may differ from `sent`.
+    dirty: set[int] = field(default_factory=set)
+    # Wire ids the worker should hold: resent after a restart.
+    known: set[int] = field(default_factory=set)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # time.monotonic() of the last command sent (reports older than it may lag).
+    commanded_at: float = 0.0
+    restarts: int = 0
+
+
+class WorkerPool:
+    def __init__(self, settings: PoolSettings, desired: Callable[[int], Desired | None]) -> None:
+        if settings.count < 1:
+            raise ValueError(f"workers: need at least one, got {settings.count}")
+        self.settings = settings
+        self._desired = desired
+        self._slots = [_Slot(k) for k in range(settings.count)]
+        self._backoff = ExponentialBackoff(0.1, 5.0)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = asyncio.Event()
+        # AddWire commands a worker refused (a bug if ever non-zero).
+        self.refused = 0
+
+    # -- placement (WorkerSlots) --------------------------------------------------
+
+    def index_of(self, wire_id: int) -> int:
+        return (wire_id >> 1) % self.settings.count
+
+    def port_of(self, wire_id: int) -> int:
+        return self.settings.port_base + self.index_of(wire_id)
+
+    def changed(self, wire_id: int) -> None:
+        slot = self._slots[self.index_of(wire_id)]
+        slot.dirty.add(wire_id)
+        slot.wake.set()
+
+    # -- life ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Starts every worker and waits until each serves; raises WorkerError if one cannot."""
+        handles = await asyncio.gather(
+            *(self._spawn(slot) for slot in self._slots), return_exceptions=True
+        )
+        failed = [h for h in handles if isinstance(h, BaseException)]
+        for slot, handle in zip(self._slots, handles, strict=True):
+            if isinstance(handle, WorkerHandle):
+                slot.handle = handle
+        if failed:
+            await self.close()
+            raise WorkerError(f"dataplane workers did not start: {failed[0]}")
+        self._tasks = [
+            asyncio.create_task(self._serve(slot), name=f"worker-{slot.index}")
+            for slot in self._slots
+        ]
+
+    async def close(self) -> None:
+        """Stops the workers (SIGTERM); their TAPs stay, as control's fds do until closed."""
+        self._closing.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        handles = [slot.handle for slot in self._slots if slot.handle is not None]
+        await asyncio.gather(*(h.stop() for h in handles), return_exceptions=True)
+
+    # -- observation --------------------------------------------------------------
+
+    def pids(self) -> dict[int, int]:
+        """Worker index -> pid of the workers running now."""
+        return {slot.index: slot.handle.pid for slot in self._slots if slot.handle is not None}
+
+    def restarts(self) -> int:
+        return sum(slot.restarts for slot in self._slots)
+
+    def held(self) -> int:
+        """Wires the workers hold (as far as control has told them)."""
+        return sum(len(slot.sent) for slot in self._slots)
+
+    def streams(self) -> list[tuple[int, StreamState]]:
+        """(worker, stream) of every outgoing stream in the workers' last reports."""
+        out: list[tuple[int, StreamState]] = []
+        for slot in self._slots:
+            report = slot.handle.streams if slot.handle is not None else None
+            if report is not None:
+                out.extend((slot.index, stream) for stream in report.streams)
+        return out
+
+    def totals(self) -> dict[str, int]:
+        """Frames received for unknown wires, malformed batches, incoming streams: all workers."""
+        totals: Counter[str] = Counter()
+        for slot in self._slots:
+            report = slot.handle.streams if slot.handle is not None else None
+            if report is not None:
+                totals.update(
+                    unknown=report.unknown, malformed=report.malformed, incoming=report.incoming
+                )
+        return dict(totals)
+
+    def counters(self) -> dict[int, Counters]:
+        out: dict[int, Counters] = {}
+        for slot in self._slots:
+            if slot.handle is not None:
+                out.update(slot.handle.wires)
+        return out
+
+    def ref_mismatches(self, expected: Counter[tuple[int, str, str, int]]) -> int | None:
+        """Streams whose reported refcount differs from `expected` (see WireManager).
+
+        None while some worker's last report predates its last command (it may lag).
+        """
+        reported: Counter[tuple[int, str, str, int]] = Counter()
+        for slot in self._slots:
+            handle = slot.handle
+            if handle is None or handle.reported_at <= slot.commanded_at:
+                return None
+        for index, stream in self.streams():
+            reported[(index, stream.namespace, stream.peer_node, stream.peer_port)] = stream.refs
+        keys = set(reported) | set(expected)
+        return sum(reported[key] != expected[key] for key in keys)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _config(self, slot: _Slot) -> WorkerConfig:
+        s = self.settings
+        return WorkerConfig(
+            listen_host=s.listen_host,
+            data_port=s.port_base + slot.index,
+            batch_frames=s.batch_frames,
+            report_interval=s.report_interval,
+        )
+
+    async def _spawn(self, slot: _Slot) -> WorkerHandle:
+        handle = await WorkerHandle.start(self._config(slot))
+        log.info("dataplane worker %d: pid %d on port %d", slot.index, handle.pid, handle.data_port)
+        return handle
+
+    async def _serve(self, slot: _Slot) -> None:
+        """Keeps slot's worker running and in line with `desired`."""
+        while not self._closing.is_set():
+            if slot.handle is None:
+                try:
+                    slot.handle = await self._spawn(slot)
+                except WorkerError as exc:
+                    log.error("dataplane worker %d did not start: %s", slot.index, exc)
+                    await asyncio.sleep(self._backoff.when(str(slot.index)))
+                    continue
+                slot.sent.clear()
+                slot.dirty |= slot.known
+            started = time.monotonic()
+            await self._follow(slot, slot.handle)
+            if self._closing.is_set():
+                return
+            code = await slot.handle.wait()
+            slot.handle = None
+            slot.restarts += 1
+            if time.monotonic() - started > HEALTHY_AFTER:
+                self._backoff.forget(str(slot.index))
+            delay = self._backoff.when(str(slot.index))
+            log.error(
+                "dataplane worker %d exited (status %s); restarting in %.1fs and "
+                "handing it its %d wires again",
+                slot.index,
+                code,
+                delay,
+                len(slot.known),
+            )
+            await asyncio.sleep(delay)
+
+    async def _follow(self, slot: _Slot, handle: WorkerHandle) -> None:
+        """Syncs the worker whenever a wire changes, until it exits."""
+        exited = asyncio.create_task(handle.wait())
+        try:
+            while True:
+                if slot.dirty:
+                    try:
+                        await self._sync(slot, handle)
+                    except WorkerError as exc:
+                        if not handle.alive:
+                            return
+                        log.error("dataplane worker %d: %s; retrying", slot.index, exc)
+                        await asyncio.sleep(self._backoff.when(f"sync {slot.index}"))
+                    continue
+                slot.wake.clear()
+                woken = asyncio.create_task(slot.wake.wait())
+                done, _ = await asyncio.wait({exited, woken}, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                if exited in done:
+                    return
+        finally:
+            if not exited.done():
+                exited.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await exited
+
+    async def _sync(self, slot: _Slot, handle: WorkerHandle) -> None:
+        while slot.dirty:
+            wire_id = slot.dirty.pop()
+            want = self._desired(wire_id)
+            have = slot.sent.get(wire_id)
+            if want is None:
+                slot.known.discard(wire_id)
+                if have is not None:
+                    slot.commanded_at = time.monotonic()
+                    try:
+                        await handle.remove_wire(wire_id)
+                    except WorkerError:
+                        slot.dirty.add(wire_id)
+                        raise
+                    del slot.sent[wire_id]
+                continue
+            slot.known.add(wire_id)
+            if have == (want.command, want.generation):
+                continue
+            fd = os.dup(want.fd)
+            slot.commanded_at = time.monotonic()
+            try:
+                await handle.add_wire(want.command, fd)
+            except WorkerError as exc:
+                if not handle.alive:
+                    slot.dirty.add(wire_id)
+                    raise
+                self.refused += 1
+                log.error("dataplane worker %d refused wire %d: %s", slot.index, wire_id, exc)
+                continue
+            finally:
+                os.close(fd)
+            slot.sent[wire_id] = (want.command, want.generation)
