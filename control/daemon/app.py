@@ -4,6 +4,7 @@
         ▲                          │ problems         statuses │
         └── status writer ◀── plumbing_error ◀────────────────┘
     CNI endpoint ─▶ topologies (placement) ; /healthz /readyz /metrics
+    grpc rows: driver ─▶ wire stack (manager, workers, handshakes, Peer service)
 
 Start-up order makes pruning safe: the links table is marked initialized only
 after the informer's first list has been applied and derived, and pruning
@@ -27,7 +28,7 @@ from meshwire.control.daemon.http import HealthServer
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
-from meshwire.control.links.driver import Drivers
+from meshwire.control.links.driver import Drivers, KindDriver
 from meshwire.control.links.macvlan import MacvlanDriver
 from meshwire.control.links.veth import VethDriver
 from meshwire.control.links.vxlan import VxlanDriver
@@ -41,6 +42,8 @@ from meshwire.control.reconcile.status import LinkStatus
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
 from meshwire.control.tables.links import LinkKind, LinkRow
 from meshwire.control.tables.topologies import TopologyTable
+from meshwire.control.wire.metrics import WireCollector
+from meshwire.control.wire.stack import WireStack
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +65,16 @@ class Daemon:
         self.topologies = TopologyTable()
         self.links = new_links_table()
         self.desired = DesiredLinks(self.topologies, self.links, self.node)
-        self.driver = Drivers(
-            {
-                LinkKind.VETH: VethDriver(),
-                LinkKind.VXLAN: VxlanDriver(port=config.vxlan.port),
-                LinkKind.MACVLAN: MacvlanDriver(),
-            }
-        )
+        # Only a grpc node runs the wire stack: derivation makes grpc rows nowhere else.
+        self.wire = WireStack(config) if config.inter_node_link_type == "grpc" else None
+        drivers: dict[LinkKind, KindDriver] = {
+            LinkKind.VETH: VethDriver(),
+            LinkKind.VXLAN: VxlanDriver(port=config.vxlan.port),
+            LinkKind.MACVLAN: MacvlanDriver(),
+        }
+        if self.wire is not None:
+            drivers[LinkKind.GRPC] = self.wire.driver
+        self.driver = Drivers(drivers)
         backoff = ExponentialBackoff(config.reconcile.backoff_min, config.reconcile.backoff_max)
         self.queue = WorkQueue(debounce=config.reconcile.debounce, limiter=backoff)
         self.metrics = Metrics()
@@ -89,6 +95,8 @@ class Daemon:
             return "topologies not synced"
         if not self.reconciler.initial_done.is_set():
             return "initial reconciliation not complete"
+        if self.wire is not None and not self.wire.started:
+            return "dataplane workers not started"
         return ""
 
     def stop(self) -> None:
@@ -134,6 +142,9 @@ class Daemon:
         endpoint = CniEndpoint(self.config.cni.socket, handler)
         health = HealthServer(self.config.metrics.listen, self.metrics.registry, self.not_ready)
         await health.start()
+        if self.wire is not None:
+            self.metrics.registry.register(WireCollector(self.wire))
+            await self.wire.start()
         await endpoint.start()
         self.status.start()
         tasks = [
@@ -163,6 +174,8 @@ class Daemon:
             for task in [stopped, *tasks]:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self.wire is not None:
+                await self.wire.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.status.flush(), FLUSH_GRACE)
             await self.status.close()
@@ -192,6 +205,8 @@ class Daemon:
             await asyncio.sleep(self.config.reconcile.full_interval)
             self.desired.rederive_all()
             self.reconciler.verify_all()
+            if self.wire is not None:
+                self.wire.manager.verify_all()
 
     async def _prune(self) -> None:
         namespaces = {
@@ -221,7 +236,10 @@ class Daemon:
         if topology is None or topology.status.src_ip != self.config.node_ip:
             return
         errors = list(self.desired.problems.get(pod, ()))
-        errors += self.reconciler.errors(self.links.lookup(POD_INDEX, pod))
+        keys = self.links.lookup(POD_INDEX, pod)
+        errors += self.reconciler.errors(keys)
+        if self.wire is not None:
+            errors += self.wire.manager.problems(keys)
         message = "; ".join(errors)
         if message != topology.status.plumbing_error:
             self.status.set(pod, plumbing_error=message)
