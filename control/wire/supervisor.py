@@ -46,6 +46,8 @@ class PoolSettings:
     port_base: int
     batch_frames: int = 64
     report_interval: float = 1.0
+    # Netns the workers serve in; empty: control's own (the node's).
+    netns: str = ""
 
 
 @dataclass(eq=False)
@@ -178,6 +180,7 @@ class WorkerPool:
     def _config(self, slot: _Slot) -> WorkerConfig:
         s = self.settings
         return WorkerConfig(
+            netns=s.netns,
             listen_host=s.listen_host,
             data_port=s.port_base + slot.index,
             batch_frames=s.batch_frames,
