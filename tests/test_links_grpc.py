@@ -1,0 +1,312 @@
+"""grpc link ends: a persistent, marked TAP in the pod's netns, handed to the wire manager.
+
+Each test has a "host" netns of its own, given to the driver as `host_netns`
+(where TAPs are born before they move), and a pod netns; the wire manager is
+`RecordingEnds`, which keeps the fds it is handed as the real one would (a new
+fd replaces and closes the old one) and logs each call.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+from links_helpers import (
+    Namespaces,
+    addresses,
+    ip,
+    links,
+    namespaces,
+    needs_root,
+    netns_name,
+)
+
+from meshwire.control.links.errors import LinkError, SpecError
+from meshwire.control.links.grpc import GrpcDriver
+from meshwire.control.links.names import Role, temp_name
+from meshwire.control.reconcile.ids import wire_id
+from meshwire.control.tables.links import End, LinkKind, LinkRow
+from meshwire.control.wire.types import TapRef
+from meshwire.dataplane.tap import TapSpec, open_tap_in, tap_info
+
+pytestmark = [needs_root, pytest.mark.root]
+__all__ = ["namespaces"]
+
+KEY = "lab/5/r1"
+MARK = "meshwire:lab/5"
+
+
+def grpc_row(pod_netns: str, local_ip: str = "10.0.0.1/30", mtu: int = 1500) -> LinkRow:
+    """Pod r1's end (on this node) of link lab/5 to pod r2 on node 192.0.2.2."""
+    return LinkRow(
+        namespace="lab",
+        uid=5,
+        kind=LinkKind.GRPC,
+        local=End(pod="r1", netns=pod_netns, intf="eth1", ip=local_ip),
+        peer=End(pod="r2", netns="", intf="eth1"),
+        mtu=mtu,
+        peer_node_ip="192.0.2.2",
+        wire_id=wire_id("lab", 5, "r1", "r2"),
+    )
+
+
+class RecordingEnds:
+    """A `WireEnds` that holds one fd per row key, as the wire manager does, and logs calls."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+        self.taps: dict[str, TapRef] = {}
+        # "attach <key> fd" (a new fd handed over), "attach <key> none", "detach <key>".
+        self.log: list[str] = []
+
+    def held(self, key: str) -> TapRef | None:
+        return self.taps.get(key)
+
+    def attach(self, row: LinkRow, tap: TapRef, fd: int | None) -> None:
+        self.log.append(f"attach {row.key} {'none' if fd is None else 'fd'}")
+        if fd is None:
+            if self.taps.get(row.key) != tap:
+                raise LinkError(row.key, row.local.netns, row.local.intf, "no fd held there")
+            return
+        old = self.fds.pop(row.key, None)
+        if old is not None:
+            os.close(old)
+        self.fds[row.key], self.taps[row.key] = fd, tap
+
+    def detach(self, key: str) -> None:
+        self.log.append(f"detach {key}")
+        self.taps.pop(key, None)
+        fd = self.fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """The daemon exits: every fd it held is closed (the TAPs stay, they are persistent)."""
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        self.taps.clear()
+
+
+@pytest.fixture
+def new_ends() -> Iterator[Callable[[], RecordingEnds]]:
+    made: list[RecordingEnds] = []
+
+    def make() -> RecordingEnds:
+        made.append(RecordingEnds())
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for ends in made:
+            ends.close()
+
+
+@pytest.fixture
+def host(namespaces: Namespaces) -> str:
+    # TAPs are born in a host netns of the test's own, never in the real root netns.
+    return namespaces.add("host")
+
+
+@pytest.fixture
+def pod(namespaces: Namespaces) -> str:
+    return namespaces.add("pod")
+
+
+def tap_ref(netns: str, intf: str = "eth1") -> TapRef:
+    st = os.stat(netns)
+    return TapRef((st.st_dev, st.st_ino), links(netns)[intf]["ifindex"])
+
+
+def route_destinations(netns: str) -> set[str]:
+    out = ip("-n", netns_name(netns), "-o", "route", "show", "dev", "eth1")
+    return {line.split()[0] for line in out.splitlines()}
+
+
+@pytest.mark.parametrize("offloads", [True, False], ids=["offloads", "no-offloads"])
+@pytest.mark.parametrize("mtu", [1500, 9000], ids=["mtu1500", "jumbo"])
+def test_a_grpc_link_end_is_a_marked_persistent_tap_addressed_and_up(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds], offloads: bool, mtu: int
+) -> None:
+    ends = new_ends()
+    GrpcDriver(ends, offloads=offloads, host_netns=host).update(grpc_row(pod, mtu=mtu))
+
+    device = links(pod)["eth1"]
+    assert device["linkinfo"]["info_kind"] == "tun"
+    assert device["linkinfo"]["info_data"]["type"] == "tap"
+    assert device["linkinfo"]["info_data"]["vnet_hdr"] is offloads
+    assert device["linkinfo"]["info_data"]["persist"] is True
+    assert device["ifalias"] == MARK
+    assert device["mtu"] == mtu
+    assert "UP" in device["flags"]
+    assert addresses(pod, "eth1") == {"10.0.0.1/30"}
+    assert set(links(host)) == {"lo"}  # nothing left under the temporary name
+    assert ends.log == [f"attach {KEY} fd"]
+
+
+def test_the_fd_handed_to_the_manager_is_attached_to_the_tap(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    ends = new_ends()
+    GrpcDriver(ends, offloads=True, host_netns=host).update(grpc_row(pod))
+
+    assert tap_info(ends.fds[KEY]) == ("eth1", True)
+    assert ends.held(KEY) == tap_ref(pod)
+
+
+def test_a_second_update_with_the_fd_held_changes_nothing(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    ends = new_ends()
+    driver = GrpcDriver(ends, host_netns=host)
+    driver.update(grpc_row(pod))
+    before, fd = links(pod)["eth1"], ends.fds[KEY]
+
+    driver.update(grpc_row(pod))
+
+    assert links(pod)["eth1"] == before
+    assert addresses(pod, "eth1") == {"10.0.0.1/30"}
+    assert ends.log == [f"attach {KEY} fd", f"attach {KEY} none"]
+    assert ends.fds[KEY] == fd and tap_info(fd) == ("eth1", True)
+
+
+def test_a_restarted_daemon_attaches_to_the_existing_tap_without_recreating_it(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    first = new_ends()
+    GrpcDriver(first, host_netns=host).update(grpc_row(pod))
+    ip("-n", netns_name(pod), "route", "add", "198.51.100.0/24", "dev", "eth1")  # the NOS's
+    index = links(pod)["eth1"]["ifindex"]
+    first.close()  # the daemon exits; its TAP stays
+
+    again = new_ends()
+    GrpcDriver(again, host_netns=host).update(grpc_row(pod))
+
+    assert links(pod)["eth1"]["ifindex"] == index
+    assert addresses(pod, "eth1") == {"10.0.0.1/30"}
+    assert "198.51.100.0/24" in route_destinations(pod)
+    assert again.log == [f"attach {KEY} fd"]
+    assert tap_info(again.fds[KEY]) == ("eth1", True)
+    assert again.held(KEY) == tap_ref(pod)
+
+
+def test_a_tap_still_held_by_an_exiting_worker_is_retried_and_left_as_it_is(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    old = new_ends()
+    GrpcDriver(old, host_netns=host).update(grpc_row(pod))
+    before = links(pod)["eth1"]
+
+    # A new daemon while the old one's fd is still open: attaching is refused for now.
+    again = new_ends()
+    with pytest.raises(LinkError) as caught:
+        GrpcDriver(again, host_netns=host).update(grpc_row(pod))
+    assert "lab/5" in str(caught.value) and "'eth1'" in str(caught.value)
+    assert links(pod)["eth1"] == before
+    assert again.log == []
+
+    old.close()
+    GrpcDriver(again, host_netns=host).update(grpc_row(pod))
+    assert links(pod)["eth1"]["ifindex"] == before["ifindex"]
+    assert again.log == [f"attach {KEY} fd"]
+
+
+@pytest.mark.parametrize("new_ip", ["10.0.1.1/30", "2001:db8::1/64"], ids=["v4", "v6"])
+def test_a_changed_local_ip_moves_the_address(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds], new_ip: str
+) -> None:
+    ends = new_ends()
+    driver = GrpcDriver(ends, host_netns=host)
+    driver.update(grpc_row(pod, local_ip="10.0.0.1/30"))
+    index = links(pod)["eth1"]["ifindex"]
+
+    driver.update(grpc_row(pod, local_ip=new_ip))
+
+    assert addresses(pod, "eth1") == {new_ip}
+    assert links(pod)["eth1"]["ifindex"] == index
+    assert ends.log[-1] == f"attach {KEY} none"
+
+
+def test_a_pod_restarted_in_a_new_netns_gets_a_new_tap_there(
+    namespaces: Namespaces, host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    ends = new_ends()
+    driver = GrpcDriver(ends, host_netns=host)
+    driver.update(grpc_row(pod))
+    old = ends.held(KEY)
+
+    namespaces.recreate(pod)
+    driver.update(grpc_row(pod))
+
+    device = links(pod)["eth1"]
+    assert device["linkinfo"]["info_data"]["type"] == "tap"
+    assert device["ifalias"] == MARK and "UP" in device["flags"]
+    assert addresses(pod, "eth1") == {"10.0.0.1/30"}
+    assert ends.log == [f"attach {KEY} fd", f"attach {KEY} fd"]
+    assert ends.held(KEY) == tap_ref(pod) != old
+    assert tap_info(ends.fds[KEY]) == ("eth1", True)
+
+
+def test_delete_removes_the_tap_and_stops_the_wire_and_is_idempotent(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    ends = new_ends()
+    driver = GrpcDriver(ends, host_netns=host)
+    row = grpc_row(pod)
+    driver.update(row)
+
+    driver.delete(row)
+    assert "eth1" not in links(pod)
+    assert ends.log[-1] == f"detach {KEY}" and KEY not in ends.fds
+
+    driver.delete(row)
+    ip("netns", "del", netns_name(pod))
+    driver.delete(row)  # a vanished netns is success too
+    assert ends.log[1:] == [f"detach {KEY}"] * 3
+
+
+@pytest.mark.parametrize("kind", ["bridge", "tap"])
+def test_a_foreign_interface_holding_the_name_is_a_spec_error_and_left_untouched(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds], kind: str
+) -> None:
+    # The NOS made its own eth1 (a TAP too, in the second case): it carries no mark.
+    if kind == "tap":
+        ip("-n", netns_name(pod), "tuntap", "add", "dev", "eth1", "mode", "tap")
+    else:
+        ip("-n", netns_name(pod), "link", "add", "eth1", "type", "bridge")
+    foreign = links(pod)["eth1"]
+    ends = new_ends()
+    driver = GrpcDriver(ends, host_netns=host)
+
+    with pytest.raises(SpecError) as caught:
+        driver.update(grpc_row(pod))
+
+    message = str(caught.value)
+    assert "lab/5" in message and pod in message and "'eth1'" in message
+    assert links(pod)["eth1"] == foreign
+    assert set(links(host)) == {"lo"}
+    assert ends.log == []
+    driver.delete(grpc_row(pod))
+    assert links(pod)["eth1"] == foreign
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["marked", "unmarked"])
+def test_a_tap_left_under_the_temporary_name_by_a_crash_is_cleared_by_the_next_update(
+    host: str, pod: str, new_ends: Callable[[], RecordingEnds], marked: bool
+) -> None:
+    row = grpc_row(pod)
+    # The crash came after creation (and, if marked, after marking), before the move.
+    temp = temp_name(row.key, Role.TAP)
+    os.close(open_tap_in(host, TapSpec(temp)))
+    if marked:
+        ip("-n", netns_name(host), "link", "set", temp, "alias", MARK)
+    assert temp in links(host)
+
+    ends = new_ends()
+    GrpcDriver(ends, host_netns=host).update(row)
+
+    assert set(links(host)) == {"lo"}
+    assert links(pod)["eth1"]["ifalias"] == MARK
+    assert ends.log == [f"attach {KEY} fd"]
