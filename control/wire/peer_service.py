@@ -22,22 +22,38 @@ from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 MAX_NAME = 253
 
 
-def request_problem(node_ip: str, ends: list[tuple[str, Any]], ports: list[int]) -> str:
-    """Why a request is unusable ("" if it is not); `ends` are (field, WireEnd-like)."""
+def request_problem(
+    node_ip: str,
+    ends: list[tuple[str, Any]],
+    ports: list[int],
+    names: list[tuple[str, str]] | None = None,
+) -> str:
+    """Why a request is unusable ("" if it is not); `ends` are (field, WireEnd-like),
+    `names` are (field, value) of further Kubernetes names."""
     try:
         ipaddress.ip_address(node_ip)
     except ValueError:
         return f"node_ip: {node_ip!r} is not an IP address"
     for field, end in ends:
         for name in ("namespace", "pod"):
-            value = getattr(end, name)
-            if not value or len(value.encode()) > MAX_NAME:
-                return f"{field}.{name}: {value!r} is not a Kubernetes name"
+            problem = _name_problem(f"{field}.{name}", getattr(end, name))
+            if problem:
+                return problem
         if not 0 < end.uid < UID_LIMIT:
             return f"{field}.uid: {end.uid} is outside 1..{UID_LIMIT - 1}"
+    for field, value in names or []:
+        problem = _name_problem(field, value)
+        if problem:
+            return problem
     for i, port in enumerate(ports):
         if not 0 < port < 65536:
             return f"wires[{i}].data_port: {port} is not a port"
+    return ""
+
+
+def _name_problem(field: str, value: str) -> str:
+    if not value or len(value.encode()) > MAX_NAME:
+        return f"{field}: {value!r} is not a Kubernetes name"
     return ""
 
 
@@ -48,12 +64,13 @@ class PeerService(meshwire_pb2_grpc.PeerServicer):
     async def CreateWires(
         self, request: meshwire_pb2.CreateWiresRequest, context: Any
     ) -> meshwire_pb2.CreateWiresReply:
-        ends: list[tuple[str, Any]] = []
-        for i, offer in enumerate(request.wires):
-            ends.append((f"wires[{i}].local", offer.local))
-            peer = meshwire_pb2.WireEnd(namespace=offer.local.namespace, uid=1, pod=offer.peer_pod)
-            ends.append((f"wires[{i}].peer_pod", peer))
-        problem = request_problem(request.node_ip, ends, [o.data_port for o in request.wires])
+        offers = list(enumerate(request.wires))
+        problem = request_problem(
+            request.node_ip,
+            [(f"wires[{i}].local", offer.local) for i, offer in offers],
+            [offer.data_port for offer in request.wires],
+            [(f"wires[{i}].peer_pod", offer.peer_pod) for i, offer in offers],
+        )
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         answers = self._manager.offered(request.node_ip, request.offloads, request.wires)
