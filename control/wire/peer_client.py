@@ -17,10 +17,12 @@ from meshwire.control.wire.types import PeerError
 from meshwire.dataplane.sender import target
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 
-# Reconnect quickly after a peer restarts (gRPC's default starts at 1 s).
+# Reconnect quickly after a peer restarts (gRPC's default starts at 1 s). Not
+# `grpc.min_reconnect_backoff_ms`: gRPC core takes it as the minimum connect
+# timeout (20 s by default), so a small value fails every connection whose TCP
+# and HTTP/2 handshakes take longer than that (a busy node, a slow underlay).
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
