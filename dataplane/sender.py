@@ -30,7 +30,16 @@ log = logging.getLogger(__name__)
 FRAMES_METHOD = "/meshwire.v1.Wire/Frames"
 NAMESPACE_METADATA = "meshwire-namespace"
 # Pause before a failed stream is opened again (the channel adds its own backoff).
-RETRY_PAUSE = 0.2
+RETRY_PAUSE = 0.05
+# How long a closing stream waits for the peer to acknowledge its end before
+# the call is cancelled (the peer may be gone).
+CLOSE_GRACE = 1.0
+# Reconnect to a restarted peer worker within a tenth of a second, not gRPC's
+# default first backoff of 1 s: a worker restart should cost frames, not seconds.
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 def target(node: str, port: int) -> str:
@@ -57,13 +66,16 @@ class Sender:
         self._reader = BatchReader(table, batch_bytes, batch_frames)
         self._channel: Any = grpc.aio.insecure_channel(
             target(key.peer_node, key.peer_port),
-            options=[("grpc.max_send_message_length", batch_bytes + 1024)],
+            options=[("grpc.max_send_message_length", batch_bytes + 1024), *RECONNECT_OPTIONS],
         )
         self._send: Any = self._channel.stream_unary(
             FRAMES_METHOD,
             request_serializer=meshwire_pb2.Batch.SerializeToString,
             response_deserializer=meshwire_pb2.FramesSummary.FromString,
         )
+        self._stopping = False
+        # The future `_readable` waits on, so `close` can wake it.
+        self._waiting: asyncio.Future[None] | None = None
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"sender {key}")
 
     def set_wires(self, wire_ids: frozenset[int]) -> None:
@@ -79,8 +91,20 @@ class Sender:
         self._reader.set_wires(list(wanted))
 
     async def close(self) -> None:
-        """Ends the stream (the peer sees it finish) and releases the channel."""
-        self._task.cancel()
+        """Ends the stream (the peer sees it finish) and releases the channel.
+
+        The call is half-closed and its answer awaited for up to CLOSE_GRACE
+        seconds before it is cancelled: gRPC keeps native memory of every
+        cancelled call (about 200 bytes each, measured on grpcio 1.85), which
+        10,000 wire lives would otherwise leave behind in each worker.
+        """
+        self._stopping = True
+        if self._waiting is not None and not self._waiting.done():
+            self._waiting.set_result(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), CLOSE_GRACE)
+        except TimeoutError:
+            self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         await self._channel.close()
@@ -88,10 +112,13 @@ class Sender:
 
     async def _run(self) -> None:
         metadata = ((NAMESPACE_METADATA, self.key.namespace),)
-        while True:
+        while not self._stopping:
             call = self._send(metadata=metadata, wait_for_ready=True)
             try:
                 await self._pump(call)
+                await call.done_writing()
+                await call
+                return
             except asyncio.CancelledError:
                 call.cancel()
                 raise
@@ -101,7 +128,8 @@ class Sender:
             await asyncio.sleep(RETRY_PAUSE)
 
     async def _pump(self, call: Any) -> None:
-        while True:
+        """Sends batches until the sender is closed."""
+        while not self._stopping:
             await self._readable()
             drained = False
             while not drained:
@@ -111,8 +139,11 @@ class Sender:
                     self.batches += 1
 
     async def _readable(self) -> None:
+        """Until a TAP of the stream is readable, or `close` was called."""
         loop = asyncio.get_running_loop()
-        ready = loop.create_future()
+        ready = self._waiting = loop.create_future()
+        if self._stopping:
+            return
         fd = self._epoll.fileno()
 
         def wake() -> None:

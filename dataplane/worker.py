@@ -119,8 +119,7 @@ class Worker:
             reports.cancel()
             writer.cancel()
             await server.stop(0.2)
-            for _, sender in self._streams.items():
-                await sender.close()
+            await asyncio.gather(*(sender.close() for _, sender in self._streams.items()))
             await asyncio.gather(*self._closing)
             for wire in self._wires.values():
                 os.close(wire.fd)
