@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
         "--wait",
         type=float,
         default=LINKS_TIMEOUT,
-        help=f"seconds to wait for every link end to exist (default: {LINKS_TIMEOUT:.0f}; 0: none)",
+        help=f"seconds to wait for every link end to be up (default: {LINKS_TIMEOUT:.0f}; 0: none)",
     )
     p.add_argument(
         "--no-daemon", action="store_true", help="nodes, pods and API only: no daemons, no CNI"

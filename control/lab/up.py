@@ -5,7 +5,8 @@ creating anything; then the lab directory and state file, the hub, the API
 and its relay, the topology applied, the nodes, their daemons (each waited
 until /readyz answers 200), the pods (all namespaces, then CNI ADD on their
 nodes, several at once as a runtime starting many pods does), and finally a
-bounded wait until every end of every wired link exists in its pod. Any failure
+bounded wait until every end of every wired link exists in its pod and is up
+with carrier (a gRPC wire's TAP has carrier once both nodes joined it). Any failure
 raises LabError and leaves the state file complete enough for `lab down`.
 """
 
@@ -258,19 +259,22 @@ def wait_ready(state: LabState, node: str) -> None:
 
 
 def _wait_links(state: LabState, names: LabNames, links: list[LabLink], timeout: float) -> None:
-    """Until every end of every wired link exists (one link dump per pod namespace a poll)."""
+    """Until every end of every wired link exists and has carrier (one link dump per pod
+    namespace a poll)."""
     wired = [link for link in links if not link.unwired]
 
-    def missing() -> list[str]:
+    def not_up() -> list[str]:
         ends = Ends(end_netns(names, end) for link in wired for end in pod_ends(link))
-        return [
-            f"{end.pod}:{end.intf}"
-            for link in wired
-            for end in pod_ends(link)
-            if not ends.get(end_netns(names, end), end.intf).exists
-        ]
+        out = []
+        for link in wired:
+            for end in pod_ends(link):
+                found = ends.get(end_netns(names, end), end.intf)
+                if not found.up:
+                    why = "no carrier" if found.admin_up else "down" if found.exists else "missing"
+                    out.append(f"{end.pod}:{end.intf} ({why})")
+        return out
 
-    if not wait_until(lambda: not missing(), timeout, lambda: None):
+    if not wait_until(lambda: not not_up(), timeout, lambda: None):
         statuses = api_statuses(state, names) or {}
         errors = [
             f"{pod}: {s['plumbing_error']}"
@@ -278,7 +282,7 @@ def _wait_links(state: LabState, names: LabNames, links: list[LabLink], timeout:
             if s.get("plumbing_error")
         ]
         raise LabError(
-            f"lab {state.name}: link ends still missing after {timeout:.0f}s: "
-            + ", ".join(missing())
+            f"lab {state.name}: link ends not up after {timeout:.0f}s: "
+            + ", ".join(not_up())
             + ("; plumbing errors: " + "; ".join(errors) if errors else "")
         )
