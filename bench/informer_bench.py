@@ -10,8 +10,9 @@ Three processes, so each number belongs to one party:
 - a writer child generates the lab (pods spread over the nodes, each link
   between two random pods with both ends consistent, every pod's `status.src_ip`
   one of the node IPs) and writes it into a fresh SQLite file directly through
-  the embedded API's `Store`, one commit per object, with no server running:
-  loading is not what is measured;
+  the embedded API's `Store`, with no server running: loading is not what is
+  measured. Each object takes two commits, as over HTTP: a create (which drops
+  the status, as for a CRD with the status subresource) and a status update;
 - a server child runs the embedded `ApiServer` on that file and makes the
   status updates on command, straight through its store, so they reach the
   watch exactly as updates over HTTP would;
@@ -23,6 +24,9 @@ peak RSS, live throughput (updates made while the informer watches; this is
 bounded by the server's one-commit-per-update writes too), and backlog
 throughput (updates made while the watch is silent, then delivered at once
 when it reopens from its last resourceVersion: the informer's own rate).
+
+A server child that dies ends the run with exit status 1 and its exit code,
+rather than leaving the informer to retry forever.
 """
 
 from __future__ import annotations
@@ -35,11 +39,19 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from meshwire.control.informer.informer import Informer
+    from meshwire.control.model.topology import Topology
+    from meshwire.control.tables.table import Table
 
 NAMESPACE = "bench"
+
+T = TypeVar("T")
 
 
 def node_ip(node: int) -> str:
@@ -87,7 +99,8 @@ def write_lab(db: str, nodes: int, pods: int, links: int, seed: int) -> None:
 
     store = Store(db)
     for obj in generate(nodes, pods, links, seed):
-        store.create(obj)
+        created = store.create(obj)
+        store.update({**created, "status": obj["status"]}, status=True)
     store.close()
 
 
@@ -137,7 +150,6 @@ async def measure(url: str, conn: Connection, updates: int) -> list[tuple[str, s
     from meshwire.control.informer.client import make_api_client
     from meshwire.control.informer.informer import Informer
     from meshwire.control.informer.sink import TableSink
-    from meshwire.control.model.topology import Topology
     from meshwire.control.tables.table import Table
 
     rows: list[tuple[str, str]] = [("peak RSS before the informer", f"{rss_mib():.0f} MiB")]
@@ -146,11 +158,28 @@ async def measure(url: str, conn: Connection, updates: int) -> list[tuple[str, s
     informer = Informer(api, TableSink(table))
     started = time.perf_counter()
     task = asyncio.create_task(informer.run())
+    try:
+        return rows + await _rounds(informer, table, conn, updates, started)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api.close()  # type: ignore[no-untyped-call]
+
+
+async def _rounds(
+    informer: Informer, table: Table[Topology], conn: Connection, updates: int, started: float
+) -> list[tuple[str, str]]:
+    """The measurements once the informer runs: sync, live round, backlog round."""
     await informer.synced.wait()
     sync = time.perf_counter() - started
     links = sum(len(t.links) for t in table.values())
-    rows += [
-        ("initial sync", f"{sync:.2f} s ({len(table)} topologies, {links} link ends)"),
+    placed = sum(1 for t in table.values() if t.status.src_ip)
+    rows = [
+        (
+            "initial sync",
+            f"{sync:.2f} s ({len(table)} topologies, {links} link ends, "
+            f"{placed} with status.src_ip)",
+        ),
         ("peak RSS after the sync", f"{rss_mib():.0f} MiB"),
     ]
 
@@ -194,10 +223,38 @@ async def measure(url: str, conn: Connection, updates: int) -> list[tuple[str, s
             f"MODIFIED={informer.stats.events['MODIFIED']}",
         ),
     ]
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    await api.close()  # type: ignore[no-untyped-call]
     return rows
+
+
+class ServerDied(Exception):
+    """The server child exited while the benchmark still needed it."""
+
+
+async def _unless_exited(work: Coroutine[Any, Any, T], sentinel: int) -> T:
+    """`work`'s result; `ServerDied` as soon as the process behind `sentinel` exits.
+
+    The informer retries a dead server forever, so without this a crashed
+    server child would leave the benchmark waiting for `synced` or an update.
+    """
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(sentinel, on_exit)
+    task = asyncio.create_task(work)
+    either: list[asyncio.Future[Any]] = [task, exited]
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        loop.remove_reader(sentinel)
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ServerDied
+    return task.result()
 
 
 def _ask(conn: Connection, command: tuple[Any, ...]) -> Any:
@@ -234,6 +291,8 @@ def main(argv: list[str]) -> int:
         ours, theirs = spawn.Pipe()
         server = spawn.Process(target=serve, args=(db, theirs))
         server.start()
+        # Only the child holds its end now, so a read from a dead child raises EOFError.
+        theirs.close()
         try:
             port = _ask(ours, ("port",))
             run = asyncio.run
@@ -241,10 +300,20 @@ def main(argv: list[str]) -> int:
                 import uvloop
 
                 run = uvloop.run
-            rows = run(measure(f"http://127.0.0.1:{port}", ours, args.updates))
-        finally:
-            ours.send(("stop",))
+            work = measure(f"http://127.0.0.1:{port}", ours, args.updates)
+            rows = run(_unless_exited(work, server.sentinel))
+        except (ServerDied, EOFError, BrokenPipeError):
             server.join(30)
+            print(
+                f"informer_bench: the server child died (exit {server.exitcode}); "
+                "its traceback, if any, is above",
+                file=sys.stderr,
+            )
+            return 1
+        finally:
+            if server.is_alive():
+                ours.send(("stop",))
+                server.join(30)
             if server.is_alive():
                 server.terminate()
                 server.join()
