@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from meshwire.dataplane.codec import MalformedBatch
+from meshwire.dataplane.message import MalformedMessage, frames
 from meshwire.dataplane.sender import FRAMES_METHOD, NAMESPACE_METADATA
 from meshwire.dataplane.wirec import WireTable
 from meshwire.proto import meshwire_pb2
@@ -35,7 +36,7 @@ class Receiver:
         """The generic handler to add to a grpc.aio server."""
         method = grpc.stream_unary_rpc_method_handler(
             self.frames,
-            request_deserializer=meshwire_pb2.Batch.FromString,
+            request_deserializer=None,  # raw message bytes: `message.frames` reads them
             response_serializer=meshwire_pb2.FramesSummary.SerializeToString,
         )
         service, name = FRAMES_METHOD.rsplit("/", 1)
@@ -46,11 +47,11 @@ class Receiver:
         count = 0
         self.incoming += 1
         try:
-            async for batch in batches:
+            async for raw in batches:
                 count += 1
                 try:
-                    self._table.write_batch(self._tags.get(namespace, 0), batch.frames)
-                except MalformedBatch as exc:
+                    self._table.write_batch(self._tags.get(namespace, 0), frames(raw))
+                except (MalformedBatch, MalformedMessage) as exc:
                     self.malformed += 1
                     log.warning("stream from %s (%s): %s", context.peer(), namespace, exc)
         finally:

@@ -68,9 +68,10 @@ class Sender:
             target(key.peer_node, key.peer_port),
             options=[("grpc.max_send_message_length", batch_bytes + 1024), *RECONNECT_OPTIONS],
         )
+        # The reader makes each encoded Batch itself (message.py): sent as it is.
         self._send: Any = self._channel.stream_unary(
             FRAMES_METHOD,
-            request_serializer=meshwire_pb2.Batch.SerializeToString,
+            request_serializer=None,
             response_deserializer=meshwire_pb2.FramesSummary.FromString,
         )
         self._stopping = False
@@ -133,9 +134,9 @@ class Sender:
             await self._readable()
             drained = False
             while not drained:
-                batch, frames, drained = self._reader.read()
+                message, frames, drained = self._reader.read()
                 if frames:
-                    await call.write(meshwire_pb2.Batch(frames=batch))
+                    await call.write(message)
                     self.batches += 1
 
     async def _readable(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.codec import MAX_FRAME, MalformedBatch
 from meshwire.dataplane.counters import Counters
+from meshwire.dataplane.message import HEADROOM, header
 
 # Batch buffers are not zeroed: every byte sent was read into them first, and
 # untouched pages of a 1 MiB buffer then cost no memory.
@@ -59,7 +60,7 @@ class WireTable:
         """Frames received for a wire id this table lacks or holds for another namespace."""
         return int(lib.mw_table_unknown(self._table))
 
-    def write_batch(self, tag: int, batch: bytes) -> int:
+    def write_batch(self, tag: int, batch: bytes | memoryview) -> int:
         """Delivers a batch to the TAPs; returns frames delivered, raises MalformedBatch."""
         result = int(lib.mw_batch_write(self._table, tag, ffi.from_buffer(batch), len(batch)))
         if result < 0:
@@ -80,21 +81,22 @@ def check(batch: bytes) -> int:
 
 
 class BatchReader:
-    """Reads a set of wires' TAPs into batches with one buffer allocated up front.
+    """Reads a set of wires' TAPs into `Batch` messages with one buffer allocated up front.
 
-    `capacity` must leave room for at least one `max_frame` read plus its header,
-    or `read` returns nothing.
+    `capacity` (bytes of packed frames) must leave room for at least one
+    `max_frame` read plus its header, or `read` returns nothing. The message
+    header goes into `message.HEADROOM` bytes kept before the frames.
     """
 
     def __init__(
         self, table: WireTable, capacity: int, max_frames: int, max_frame: int = MAX_FRAME
     ) -> None:
         self._table = table
-        self._buf: Any = _new_uncleared("uint8_t[]", capacity)
+        self._buf: Any = _new_uncleared("uint8_t[]", HEADROOM + capacity)
         self._ids: Any = ffi.new("uint32_t[]", 0)
         self._reader: Any = ffi.new("mw_reader *")
         r = self._reader
-        r.buf = self._buf
+        r.buf = self._buf + HEADROOM
         r.cap = capacity
         r.max_frame = min(max_frame, MAX_FRAME)
         r.max_frames = max_frames
@@ -108,7 +110,16 @@ class BatchReader:
         self._reader.n_ids = len(wire_ids)
 
     def read(self) -> tuple[bytes, int, bool]:
-        """(batch, frames in it, drained): drained means every TAP had nothing left."""
+        """(message, frames in it, drained): drained means every TAP had nothing left.
+
+        The message is the encoded `Batch` (b"" when no frame was read).
+        """
         r = self._reader
         lib.mw_batch_read(self._table.handle, r)
-        return ffi.buffer(self._buf, r.bytes)[:], int(r.frames), bool(r.drained)
+        if not r.frames:
+            return b"", 0, bool(r.drained)
+        head = header(r.bytes)
+        start = HEADROOM - len(head)
+        ffi.memmove(self._buf + start, head, len(head))
+        message = ffi.buffer(self._buf + start, len(head) + r.bytes)[:]
+        return message, int(r.frames), bool(r.drained)

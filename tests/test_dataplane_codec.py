@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from meshwire.dataplane import codec, wirec
+from meshwire.dataplane import message as wire_message
 from meshwire.dataplane.codec import MalformedBatch
 from meshwire.dataplane.counters import Counters
 
@@ -93,7 +94,8 @@ def test_c_reader_packs_what_python_packs_headed_by_the_peer_ids(
 
     reader = wirec.BatchReader(table, capacity=1 << 20, max_frames=1000)
     reader.set_wires(local_ids)
-    batch, frames, drained = reader.read()
+    message, frames, drained = reader.read()
+    batch = bytes(wire_message.frames(message))
 
     assert drained
     assert frames == sum(len(f) for f in sent.values())
@@ -123,10 +125,10 @@ def test_c_reader_stops_at_max_frames_and_at_a_full_buffer_without_losing_frames
 
     received = []
     for reader, most in [(roomy, 2), (tight, 3), (roomy, 2), (tight, 3)]:
-        batch, frames, drained = reader.read()
+        message, frames, drained = reader.read()
         assert frames == most
         assert not drained
-        received += codec.unpack(batch)
+        received += codec.unpack(bytes(wire_message.frames(message)))
     assert tight.read()[1:] == (0, True)
     assert received == [(2, bytes([i]) * 100) for i in range(10)]
 
@@ -142,9 +144,9 @@ def test_c_reader_drops_and_counts_a_frame_longer_than_max_frame(
     reader = wirec.BatchReader(table, capacity=4096, max_frames=8, max_frame=200)
     reader.set_wires([1])
 
-    batch, _, _ = reader.read()
+    message, _, _ = reader.read()
 
-    assert codec.unpack(batch) == [(1, b"y" * 50)]
+    assert codec.unpack(bytes(wire_message.frames(message))) == [(1, b"y" * 50)]
     assert table.counters(1) == Counters(tx_frames=1, tx_bytes=50, tx_drops=1)
 
 
