@@ -55,6 +55,11 @@ class WireCollector(Collector):
             peer = f"{stream.peer_node}:{stream.peer_port}"
             streams.add_metric([str(worker), stream.namespace, peer], stream.refs)
         yield streams
+        yield CounterMetricFamily(
+            "meshwire_wire_batches",
+            "gRPC messages sent on the open streams (frames / batches: the batching).",
+            value=sum(stream.batches for _, stream in pool.streams()),
+        )
         mismatches = pool.ref_mismatches(manager.expected_refs(pool.index_of))
         if mismatches is not None:
             yield GaugeMetricFamily(
