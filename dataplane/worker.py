@@ -49,7 +49,7 @@ class WorkerConfig:
     # 0: any free port; the one bound is reported in Ready.
     data_port: int = 0
     # Frames per gRPC message at most (config `dataplane.batch_frames`); 1 turns batching off.
-    batch_frames: int = 64
+    batch_frames: int = 256
     # Bytes per batch buffer: room for many MTU frames and a few 64 KiB TSO frames.
     batch_bytes: int = 1 << 20
     report_interval: float = 1.0

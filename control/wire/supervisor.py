@@ -44,7 +44,7 @@ class PoolSettings:
     count: int
     listen_host: str
     port_base: int
-    batch_frames: int = 64
+    batch_frames: int = 256
     report_interval: float = 1.0
     # Netns the workers serve in; empty: control's own (the node's).
     netns: str = ""
