@@ -11,7 +11,8 @@ import json
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,3 +166,11 @@ def macvlan_row(pod_netns: str, host_intf: str, local_ip: str = "") -> LinkRow:
         peer=End(pod="localhost", netns="", intf=host_intf),
         mtu=1500,
     )
+
+
+def wait_until(condition: Callable[[], bool], within: float = 5.0) -> None:
+    """Poll `condition` every 20 ms; AssertionError if it is still false after `within` s."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {within}s: {condition}"
+        time.sleep(0.02)

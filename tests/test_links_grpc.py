@@ -1,7 +1,7 @@
 """grpc link ends: a persistent, marked TAP in the pod's netns, handed to the wire manager.
 
-Each test has a "host" netns of its own, given to the driver as `host_netns`
-(where TAPs are born before they move), and a pod netns; the wire manager is
+Each test has a pod netns of its own (TAPs are born there, under the row's
+temporary name, never in the real root netns); the wire manager is
 `RecordingEnds`, which keeps the fds it is handed as the real one would (a new
 fd replaces and closes the old one) and logs each call.
 """
@@ -105,12 +105,6 @@ def new_ends() -> Iterator[Callable[[], RecordingEnds]]:
 
 
 @pytest.fixture
-def host(namespaces: Namespaces) -> str:
-    # TAPs are born in a host netns of the test's own, never in the real root netns.
-    return namespaces.add("host")
-
-
-@pytest.fixture
 def pod(namespaces: Namespaces) -> str:
     return namespaces.add("pod")
 
@@ -128,10 +122,10 @@ def route_destinations(netns: str) -> set[str]:
 @pytest.mark.parametrize("offloads", [True, False], ids=["offloads", "no-offloads"])
 @pytest.mark.parametrize("mtu", [1500, 9000], ids=["mtu1500", "jumbo"])
 def test_a_grpc_link_end_is_a_marked_persistent_tap_addressed_and_up(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds], offloads: bool, mtu: int
+    pod: str, new_ends: Callable[[], RecordingEnds], offloads: bool, mtu: int
 ) -> None:
     ends = new_ends()
-    GrpcDriver(ends, offloads=offloads, host_netns=host).update(grpc_row(pod, mtu=mtu))
+    GrpcDriver(ends, offloads=offloads).update(grpc_row(pod, mtu=mtu))
 
     device = links(pod)["eth1"]
     assert device["linkinfo"]["info_kind"] == "tun"
@@ -142,25 +136,25 @@ def test_a_grpc_link_end_is_a_marked_persistent_tap_addressed_and_up(
     assert device["mtu"] == mtu
     assert "UP" in device["flags"]
     assert addresses(pod, "eth1") == {"10.0.0.1/30"}
-    assert set(links(host)) == {"lo"}  # nothing left under the temporary name
+    assert set(links(pod)) == {"lo", "eth1"}  # nothing left under the temporary name
     assert ends.log == [f"attach {KEY} fd"]
 
 
 def test_the_fd_handed_to_the_manager_is_attached_to_the_tap(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+    pod: str, new_ends: Callable[[], RecordingEnds]
 ) -> None:
     ends = new_ends()
-    GrpcDriver(ends, offloads=True, host_netns=host).update(grpc_row(pod))
+    GrpcDriver(ends, offloads=True).update(grpc_row(pod))
 
     assert tap_info(ends.fds[KEY]) == ("eth1", True)
     assert ends.held(KEY) == tap_ref(pod)
 
 
 def test_a_second_update_with_the_fd_held_changes_nothing(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+    pod: str, new_ends: Callable[[], RecordingEnds]
 ) -> None:
     ends = new_ends()
-    driver = GrpcDriver(ends, host_netns=host)
+    driver = GrpcDriver(ends)
     driver.update(grpc_row(pod))
     before, fd = links(pod)["eth1"], ends.fds[KEY]
 
@@ -173,16 +167,16 @@ def test_a_second_update_with_the_fd_held_changes_nothing(
 
 
 def test_a_restarted_daemon_attaches_to_the_existing_tap_without_recreating_it(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+    pod: str, new_ends: Callable[[], RecordingEnds]
 ) -> None:
     first = new_ends()
-    GrpcDriver(first, host_netns=host).update(grpc_row(pod))
+    GrpcDriver(first).update(grpc_row(pod))
     ip("-n", netns_name(pod), "route", "add", "198.51.100.0/24", "dev", "eth1")  # the NOS's
     index = links(pod)["eth1"]["ifindex"]
     first.close()  # the daemon exits; its TAP stays
 
     again = new_ends()
-    GrpcDriver(again, host_netns=host).update(grpc_row(pod))
+    GrpcDriver(again).update(grpc_row(pod))
 
     assert links(pod)["eth1"]["ifindex"] == index
     assert addresses(pod, "eth1") == {"10.0.0.1/30"}
@@ -193,32 +187,32 @@ def test_a_restarted_daemon_attaches_to_the_existing_tap_without_recreating_it(
 
 
 def test_a_tap_still_held_by_an_exiting_worker_is_retried_and_left_as_it_is(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+    pod: str, new_ends: Callable[[], RecordingEnds]
 ) -> None:
     old = new_ends()
-    GrpcDriver(old, host_netns=host).update(grpc_row(pod))
+    GrpcDriver(old).update(grpc_row(pod))
     before = links(pod)["eth1"]
 
     # A new daemon while the old one's fd is still open: attaching is refused for now.
     again = new_ends()
     with pytest.raises(LinkError) as caught:
-        GrpcDriver(again, host_netns=host).update(grpc_row(pod))
+        GrpcDriver(again).update(grpc_row(pod))
     assert "lab/5" in str(caught.value) and "'eth1'" in str(caught.value)
     assert links(pod)["eth1"] == before
     assert again.log == []
 
     old.close()
-    GrpcDriver(again, host_netns=host).update(grpc_row(pod))
+    GrpcDriver(again).update(grpc_row(pod))
     assert links(pod)["eth1"]["ifindex"] == before["ifindex"]
     assert again.log == [f"attach {KEY} fd"]
 
 
 @pytest.mark.parametrize("new_ip", ["10.0.1.1/30", "2001:db8::1/64"], ids=["v4", "v6"])
 def test_a_changed_local_ip_moves_the_address(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds], new_ip: str
+    pod: str, new_ends: Callable[[], RecordingEnds], new_ip: str
 ) -> None:
     ends = new_ends()
-    driver = GrpcDriver(ends, host_netns=host)
+    driver = GrpcDriver(ends)
     driver.update(grpc_row(pod, local_ip="10.0.0.1/30"))
     index = links(pod)["eth1"]["ifindex"]
 
@@ -230,10 +224,10 @@ def test_a_changed_local_ip_moves_the_address(
 
 
 def test_a_pod_restarted_in_a_new_netns_gets_a_new_tap_there(
-    namespaces: Namespaces, host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+    namespaces: Namespaces, pod: str, new_ends: Callable[[], RecordingEnds]
 ) -> None:
     ends = new_ends()
-    driver = GrpcDriver(ends, host_netns=host)
+    driver = GrpcDriver(ends)
     driver.update(grpc_row(pod))
     old = ends.held(KEY)
 
@@ -250,10 +244,10 @@ def test_a_pod_restarted_in_a_new_netns_gets_a_new_tap_there(
 
 
 def test_delete_removes_the_tap_and_stops_the_wire_and_is_idempotent(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds]
+    pod: str, new_ends: Callable[[], RecordingEnds]
 ) -> None:
     ends = new_ends()
-    driver = GrpcDriver(ends, host_netns=host)
+    driver = GrpcDriver(ends)
     row = grpc_row(pod)
     driver.update(row)
 
@@ -269,7 +263,7 @@ def test_delete_removes_the_tap_and_stops_the_wire_and_is_idempotent(
 
 @pytest.mark.parametrize("kind", ["bridge", "tap"])
 def test_a_foreign_interface_holding_the_name_is_a_spec_error_and_left_untouched(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds], kind: str
+    pod: str, new_ends: Callable[[], RecordingEnds], kind: str
 ) -> None:
     # The NOS made its own eth1 (a TAP too, in the second case): it carries no mark.
     if kind == "tap":
@@ -278,7 +272,7 @@ def test_a_foreign_interface_holding_the_name_is_a_spec_error_and_left_untouched
         ip("-n", netns_name(pod), "link", "add", "eth1", "type", "bridge")
     foreign = links(pod)["eth1"]
     ends = new_ends()
-    driver = GrpcDriver(ends, host_netns=host)
+    driver = GrpcDriver(ends)
 
     with pytest.raises(SpecError) as caught:
         driver.update(grpc_row(pod))
@@ -286,7 +280,7 @@ def test_a_foreign_interface_holding_the_name_is_a_spec_error_and_left_untouched
     message = str(caught.value)
     assert "lab/5" in message and pod in message and "'eth1'" in message
     assert links(pod)["eth1"] == foreign
-    assert set(links(host)) == {"lo"}
+    assert set(links(pod)) == {"lo", "eth1"}
     assert ends.log == []
     driver.delete(grpc_row(pod))
     assert links(pod)["eth1"] == foreign
@@ -294,19 +288,19 @@ def test_a_foreign_interface_holding_the_name_is_a_spec_error_and_left_untouched
 
 @pytest.mark.parametrize("marked", [True, False], ids=["marked", "unmarked"])
 def test_a_tap_left_under_the_temporary_name_by_a_crash_is_cleared_by_the_next_update(
-    host: str, pod: str, new_ends: Callable[[], RecordingEnds], marked: bool
+    pod: str, new_ends: Callable[[], RecordingEnds], marked: bool
 ) -> None:
     row = grpc_row(pod)
-    # The crash came after creation (and, if marked, after marking), before the move.
+    # The crash came after creation (and, if marked, after marking), before the rename.
     temp = temp_name(row.key, Role.TAP)
-    os.close(open_tap_in(host, TapSpec(temp)))
+    os.close(open_tap_in(pod, TapSpec(temp)))
     if marked:
-        ip("-n", netns_name(host), "link", "set", temp, "alias", MARK)
-    assert temp in links(host)
+        ip("-n", netns_name(pod), "link", "set", temp, "alias", MARK)
+    assert temp in links(pod)
 
     ends = new_ends()
-    GrpcDriver(ends, host_netns=host).update(row)
+    GrpcDriver(ends).update(row)
 
-    assert set(links(host)) == {"lo"}
+    assert set(links(pod)) == {"lo", "eth1"}
     assert links(pod)["eth1"]["ifalias"] == MARK
     assert ends.log == [f"attach {KEY} fd"]

@@ -13,6 +13,7 @@ from links_helpers import (
     netns_name,
     pings,
     veth_row,
+    wait_until,
 )
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
@@ -53,6 +54,8 @@ def test_a_second_update_changes_nothing(namespaces: Namespaces, driver: Drivers
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
     driver.update(row)
+    # The kernel's link watch sets operstate up to a second after the carrier.
+    wait_until(lambda: links(a)["eth1"]["operstate"] == links(b)["eth1"]["operstate"] == "UP")
     before = (links(a)["eth1"], links(b)["eth1"])
     driver.update(row)
     after = (links(a)["eth1"], links(b)["eth1"])
@@ -156,17 +159,18 @@ def test_delete_removes_both_ends_and_is_idempotent(
     driver.delete(row)  # a vanished netns is success too
 
 
-def test_leftover_of_a_crashed_attempt_in_the_host_netns_is_cleared(
-    namespaces: Namespaces,
+@pytest.mark.parametrize("then", ["update", "delete"])
+def test_leftover_of_a_crashed_attempt_in_the_pods_is_cleared(
+    namespaces: Namespaces, driver: Drivers, then: str
 ) -> None:
-    host, a, b = namespaces.add("host"), namespaces.add("a"), namespaces.add("b")
+    a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b)
     # A crash right after creation: the pair sits, unmarked, under the row's temporary names.
     local_temp, peer_temp = temp_name(row.key, Role.VETH_LOCAL), temp_name(row.key, Role.VETH_PEER)
-    ip("-n", netns_name(host), "link", "add", local_temp, "type", "veth", "peer", peer_temp)
-    Drivers(kernel_drivers(host_netns=host)).update(row)
-    assert set(links(host)) == {"lo"}
-    assert "eth1" in links(a) and "eth1" in links(b)
+    peer_end = [peer_temp, "netns", netns_name(b)]
+    ip("-n", netns_name(a), "link", "add", local_temp, "type", "veth", "peer", *peer_end)
+    getattr(driver, then)(row)
+    assert set(links(a)) == set(links(b)) == ({"lo", "eth1"} if then == "update" else {"lo"})
 
 
 def test_both_ends_named_alike_in_one_netns_is_a_spec_error(

@@ -125,12 +125,11 @@ def kernel_drivers(
 ) -> dict[LinkKind, KindDriver]:
     """The netlink drivers for veth, vxlan and macvlan.
 
-    `host_netns`: the netns interfaces are created in before they move into a pod,
-    where vxlan UDP sockets live and macvlan host interfaces are; "" means the
-    calling thread's own (the daemon runs in its node's netns).
+    `host_netns`: where vxlan UDP sockets live and macvlan host interfaces are;
+    "" means the calling thread's own (the daemon runs in its node's netns).
     """
     return {
-        LinkKind.VETH: VethDriver(host_netns),
+        LinkKind.VETH: VethDriver(),
         LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port),
         LinkKind.MACVLAN: MacvlanDriver(host_netns),
     }

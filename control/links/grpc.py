@@ -7,8 +7,8 @@ it to the owning worker and joins the wire to the far end asynchronously; the
 TAP's carrier is up only while the far end is ready, so the pod sees a link
 without carrier, never one that silently drops.
 
-A new TAP is created in the host netns under the row's temporary name, marked
-and moved into the pod netns, like every kind (lifecycle.py). The TAP is
+A new TAP is created in the pod netns under the row's temporary name (by a
+thread that entered it), marked and renamed, like every kind (lifecycle.py). The TAP is
 persistent: it outlives the daemon and its fds, keeps the pod's addresses and
 routes, and a restarted daemon attaches to it again by name, so nothing in the
 pod changes across a restart. Another process holding the TAP (an old worker
@@ -27,23 +27,19 @@ from meshwire.dataplane.tap import TapSpec, open_tap_in
 from ..tables.links import LinkRow
 from . import iface
 from .errors import LinkError, blame
-from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
+from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
-from .netns import CURRENT, Netns, netlink, open_netns
+from .netns import Netns, netlink, open_netns
 
 # IFLA_INFO_KIND of TUN and TAP devices.
 KIND = "tun"
 
 
 class GrpcDriver:
-    def __init__(self, wires: WireEnds, offloads: bool = True, host_netns: str = "") -> None:
-        """`offloads`: open TAPs with the virtio-net header (config `dataplane.offloads`).
-
-        `host_netns`: where TAPs are created before they move ("": the caller's).
-        """
+    def __init__(self, wires: WireEnds, offloads: bool = True) -> None:
+        """`offloads`: open TAPs with the virtio-net header (config `dataplane.offloads`)."""
         self._wires = wires
         self._offloads = offloads
-        self._host = host_netns or CURRENT
 
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
@@ -58,7 +54,7 @@ class GrpcDriver:
             if found is None or found.kind != KIND:
                 if found is not None:
                     iface.delete(ipr, found.index)
-                fd = self._create(row, mark, ns)
+                fd = self._create(row, mark, ns, ipr)
                 found = iface.find(ipr, end.intf)
                 if found is None:
                     os.close(fd)
@@ -79,24 +75,22 @@ class GrpcDriver:
         mark = Mark(row.namespace, row.uid)
         self._wires.detach(row.key)
         with blame(mark.link, row.local.netns, row.local.intf):
-            delete_end(row.local.netns, row.local.intf, KIND, mark)
-        with blame(mark.link, self._host, ""), open_netns(self._host) as hns, netlink(hns) as host:
-            clear_leftovers(host, mark, [temp_name(row.key, Role.TAP)])
+            temp = temp_name(row.key, Role.TAP)
+            delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
 
     def _spec(self, row: LinkRow, name: str) -> TapSpec:
         return TapSpec(name, row.mtu or 1500, self._offloads)
 
-    def _create(self, row: LinkRow, mark: Mark, ns: Netns) -> int:
-        """A new marked TAP moved into `ns` as `local.intf`; returns its fd."""
+    def _create(self, row: LinkRow, mark: Mark, ns: Netns, ipr: Any) -> int:
+        """A new marked TAP in `ns` (`ipr` talks to it) as `local.intf`; returns its fd."""
         temp = temp_name(row.key, Role.TAP)
         fds: list[int] = []
 
         def create() -> None:
-            fds.append(open_tap_in(self._host, self._spec(row, temp)))
+            fds.append(open_tap_in(row.local.netns, self._spec(row, temp)))
 
         try:
-            with open_netns(self._host) as hns, netlink(hns) as host:
-                create_and_place(host, mark, create, [Placement(temp, ns, row.local.intf)])
+            create_and_place(mark, create, [Placement(temp, ns, ipr, row.local.intf)])
         except BaseException:
             for fd in fds:
                 os.close(fd)

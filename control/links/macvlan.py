@@ -1,8 +1,8 @@
 """macvlan: `peer_pod: localhost`, the pod reaches a host interface.
 
 A macvlan in bridge mode on the host interface `peer.intf` (in the row's
-`peer.netns` if it names one, else the host netns), moved into the pod netns as
-`local.intf`, with the local address, MTU, up and marked. A macvlan on another
+`peer.netns` if it names one, else the host netns), created from there straight
+into the pod netns as `local.intf`, with the local address, MTU, up and marked. A macvlan on another
 lower device or in another mode is rebuilt; a host interface that does not exist
 is a `SpecError` naming it.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from ..tables.links import LinkRow
 from . import iface
 from .errors import LinkError, SpecError, blame
-from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
+from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
 from .netns import CURRENT, Netns, netlink, open_netns
 
@@ -55,13 +55,14 @@ class MacvlanDriver:
                     add = {
                         "ifname": temp,
                         "kind": KIND,
+                        "net_ns_fd": ns.fd,
                         "link": lower.index,
                         "macvlan_mode": MACVLAN_MODE_BRIDGE,
                     }
                     if row.mtu:
                         add["mtu"] = row.mtu
                     create_and_place(
-                        host, mark, lambda: host.link("add", **add), [Placement(temp, ns, end.intf)]
+                        mark, lambda: host.link("add", **add), [Placement(temp, ns, ipr, end.intf)]
                     )
                     found = iface.find(ipr, end.intf)
                     if found is None:
@@ -71,13 +72,11 @@ class MacvlanDriver:
                 iface.converge(ipr, found, mark, row.mtu, end.ip)
 
     def delete(self, row: LinkRow) -> None:
-        """Remove the macvlan if it is this link's; a gone netns or device is success."""
+        """Remove the device if it is this link's macvlan; a gone netns or device is success."""
         mark = Mark(row.namespace, row.uid)
         with blame(mark.link, row.local.netns, row.local.intf):
-            delete_end(row.local.netns, row.local.intf, KIND, mark)
-        host_path = row.peer.netns or self._host
-        with blame(mark.link, host_path, ""), open_netns(host_path) as hns, netlink(hns) as host:
-            clear_leftovers(host, mark, [temp_name(row.key, Role.MACVLAN)])
+            temp = temp_name(row.key, Role.MACVLAN)
+            delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
 
 
 def _on(ipr: Any, found: iface.Iface, lower: iface.Iface, hns: Netns, ns: Netns) -> bool:

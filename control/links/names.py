@@ -9,10 +9,10 @@ Addresses meshwire assigns carry the address protocol `ADDRESS_PROTO`
 (IFA_PROTO, Linux 6.1+), so a stale one can be told from an address the NOS
 configured on the same interface.
 
-Temporary names: an interface is created in the host netns under a temporary
-name, marked, then moved into the pod netns and renamed in the same step (the
-kernel cannot set an alias at creation, and an unmarked interface left by a crash
-would look foreign forever). A temporary name is `mw` + 11 hex digits of a hash
+Temporary names: an interface is created in its pod netns under a temporary
+name, marked, then renamed (the kernel cannot set an alias at creation, and an
+unmarked interface left by a crash under its final name would look foreign
+forever; see lifecycle.py). A temporary name is `mw` + 11 hex digits of a hash
 of the row key + one letter for the role: 14 bytes, within IFNAMSIZ, the same on
 every attempt for a row (so the next attempt finds and removes a leftover) and
 distinct between rows barring a 44-bit hash collision.

@@ -148,13 +148,3 @@ def netlink(ns: Netns | None = None) -> Iterator[Any]:
         # One turn lets the aborted transport finish closing its socket.
         loop.run_until_complete(asyncio.sleep(0))
         loop.close()
-
-
-def move_link(ipr: Any, index: int, target: Netns, ifname: str) -> None:
-    """Move interface `index` (in `ipr`'s netns) into `target`, renamed to `ifname`.
-
-    One netlink request: the kernel refuses it (EEXIST) if `ifname` is taken in
-    `target`, and the interface then stays where it was. Moving brings an
-    interface down and drops its addresses; the alias stays.
-    """
-    ipr.link("set", index=index, net_ns_fd=target.fd, ifname=ifname)

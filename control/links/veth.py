@@ -17,18 +17,14 @@ from typing import Any
 from ..tables.links import LinkRow
 from . import iface
 from .errors import LinkError, SpecError, blame
-from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
+from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
-from .netns import CURRENT, Netns, netlink, open_netns
+from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
 
 
 class VethDriver:
-    def __init__(self, host_netns: str = "") -> None:
-        """`host_netns`: where pairs are created before their ends move ("": the caller's)."""
-        self._host = host_netns or CURRENT
-
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         for end in (row.local, row.peer):
@@ -59,11 +55,9 @@ class VethDriver:
     def delete(self, row: LinkRow) -> None:
         """Remove both ends if they are this link's veths; a gone netns or end is success."""
         mark = Mark(row.namespace, row.uid)
-        for end in (row.local, row.peer):
+        for end, temp in zip((row.local, row.peer), _temps(row), strict=True):
             with blame(mark.link, end.netns, end.intf):
-                delete_end(end.netns, end.intf, KIND, mark)
-        with blame(mark.link, self._host, ""), open_netns(self._host) as hns, netlink(hns) as host:
-            clear_leftovers(host, mark, _temps(row))
+                delete_end(end.netns, end.intf, KIND, mark, temp)
 
     def _rebuild(
         self,
@@ -76,20 +70,24 @@ class VethDriver:
             if found is not None:
                 iface.delete(ipr, found.index)
         local_temp, peer_temp = _temps(row)
-        add: dict[str, Any] = {"ifname": local_temp, "kind": KIND, "peer": {"ifname": peer_temp}}
+        add: dict[str, Any] = {
+            "ifname": local_temp,
+            "kind": KIND,
+            "peer": {"ifname": peer_temp, "net_ns_fd": peer[1].fd},
+        }
         if row.mtu:
             add["mtu"] = row.mtu
             add["peer"]["mtu"] = row.mtu
-        with open_netns(self._host) as hns, netlink(hns) as host:
-            create_and_place(
-                host,
-                mark,
-                lambda: host.link("add", **add),
-                [
-                    Placement(local_temp, local[1], row.local.intf),
-                    Placement(peer_temp, peer[1], row.peer.intf),
-                ],
-            )
+        # Asked of the local end's netns, where that end is made; the peer's
+        # goes straight into its own.
+        create_and_place(
+            mark,
+            lambda: local[0].link("add", **add),
+            [
+                Placement(local_temp, local[1], local[0], row.local.intf),
+                Placement(peer_temp, peer[1], peer[0], row.peer.intf),
+            ],
+        )
         made = []
         for (ipr, _, _), end in ((local, row.local), (peer, row.peer)):
             found = iface.find(ipr, end.intf)

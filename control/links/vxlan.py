@@ -1,9 +1,9 @@
 """vxlan: the peer pod runs on another node; one device in the local pod netns.
 
 The device `local.intf` in `local.netns` carries VNI `row.vni` to
-`row.peer_node_ip` on UDP port `port`. It is created in the host netns, so its
-UDP socket lives there (next to the underlay), then moved into the pod netns;
-the socket stays behind in the host netns. A device whose VNI, remote or port
+`row.peer_node_ip` on UDP port `port`. It is created by a request made in the
+host netns straight into the pod netns, so its UDP socket lives in the host
+netns (next to the underlay) while the device is the pod's. A device whose VNI, remote or port
 differs from the row is deleted and built again (the kernel cannot change them
 in place); address, MTU and up state are fixed in place.
 
@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from ..tables.links import LinkRow
 from . import iface
 from .errors import LinkError, SpecError, blame
-from .lifecycle import Placement, claim, clear_leftovers, create_and_place, delete_end
+from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
 from .netns import CURRENT, netlink, open_netns
 
@@ -57,6 +57,7 @@ class VxlanDriver:
                 add = {
                     "ifname": temp,
                     "kind": KIND,
+                    "net_ns_fd": ns.fd,
                     "vxlan_id": row.vni,
                     "vxlan_group6" if remote.version == 6 else "vxlan_group": str(remote),
                     "vxlan_port": self._port,
@@ -65,7 +66,7 @@ class VxlanDriver:
                     add["mtu"] = row.mtu
                 with open_netns(self._host) as hns, netlink(hns) as host:
                     create_and_place(
-                        host, mark, lambda: host.link("add", **add), [Placement(temp, ns, end.intf)]
+                        mark, lambda: host.link("add", **add), [Placement(temp, ns, ipr, end.intf)]
                     )
                 found = iface.find(ipr, end.intf)
                 if found is None:
@@ -76,9 +77,8 @@ class VxlanDriver:
         """Remove the device if it is this link's vxlan; a gone netns or device is success."""
         mark = Mark(row.namespace, row.uid)
         with blame(mark.link, row.local.netns, row.local.intf):
-            delete_end(row.local.netns, row.local.intf, KIND, mark)
-        with blame(mark.link, self._host, ""), open_netns(self._host) as hns, netlink(hns) as host:
-            clear_leftovers(host, mark, [temp_name(row.key, Role.VXLAN)])
+            temp = temp_name(row.key, Role.VXLAN)
+            delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
 
 
 def _remote(row: LinkRow, mark: Mark) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
