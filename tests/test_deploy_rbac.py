@@ -30,7 +30,10 @@ API_CLASS = re.compile(r"\b([A-Z]\w*Api)\b")
 DAEMON_MODULES = """
 import json, sys
 import meshwire.control.daemon.command, meshwire.control.daemon.app
-files = {m.__file__ for n, m in sys.modules.items() if n.startswith("meshwire.") and m.__file__}
+# Python sources only: cffi's compiled codec (and its `lib`, a module without
+# a __file__) makes no API call.
+files = {getattr(m, "__file__", None) for n, m in sys.modules.items() if n.startswith("meshwire.")}
+files = {f for f in files if isinstance(f, str) and f.endswith(".py")}
 print(json.dumps(sorted(files)))
 """
 
