@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -55,7 +55,8 @@ def is_open(fd: int) -> bool:
 class PerfectPool:
     """A worker pool whose single "worker" always holds exactly what is desired."""
 
-    node: WireNode | None = None
+    # The manager's `desired`, set once the manager exists.
+    desired: Callable[[int], Desired | None] | None = None
     # wire id -> the Desired the worker holds.
     held: dict[int, Desired] = field(default_factory=dict)
     commands: int = 0
@@ -64,8 +65,8 @@ class PerfectPool:
         return DATA_PORT
 
     def changed(self, wire_id: int) -> None:
-        assert self.node is not None
-        want = self.node.manager.desired(wire_id)
+        assert self.desired is not None
+        want = self.desired(wire_id)
         have = self.held.get(wire_id)
         if want == have:
             return
@@ -91,7 +92,7 @@ class WireNode:
         self.ip = ip
         self.pool = PerfectPool()
         self.manager = WireManager(ip, offloads, self.pool, WorkQueue())
-        self.pool.node = self
+        self.pool.desired = self.manager.desired
         self.handshaker = Handshaker(self.manager, network, name)
         self._fds: list[int] = []
         network.nodes[ip] = self
