@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from meshwire.control.reconcile.ids import wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 NETNS_DIR = "/var/run/netns"
@@ -142,6 +143,20 @@ def underlay(spaces: Namespaces) -> tuple[str, str]:
         ip("-n", netns_name(path), "addr", "add", address, "dev", "u0")
         ip("-n", netns_name(path), "link", "set", "u0", "up")
     return n1, n2
+
+
+def grpc_row(pod_netns: str, local_ip: str = "10.0.0.1/30", mtu: int = 1500) -> LinkRow:
+    """Pod r1's end (on this node) of link lab/5 to pod r2 on node 192.0.2.2."""
+    return LinkRow(
+        namespace="lab",
+        uid=5,
+        kind=LinkKind.GRPC,
+        local=End(pod="r1", netns=pod_netns, intf="eth1", ip=local_ip),
+        peer=End(pod="r2", netns="", intf="eth1"),
+        mtu=mtu,
+        peer_node_ip="192.0.2.2",
+        wire_id=wire_id("lab", 5, "r1", "r2"),
+    )
 
 
 def vxlan_row(pod_netns: str, local_ip: str, peer_node_ip: str, *, vni: int = 5007) -> LinkRow:

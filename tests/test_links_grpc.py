@@ -15,6 +15,7 @@ import pytest
 from links_helpers import (
     Namespaces,
     addresses,
+    grpc_row,
     ip,
     links,
     namespaces,
@@ -25,8 +26,7 @@ from links_helpers import (
 from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.links.grpc import GrpcDriver
 from meshwire.control.links.names import Role, temp_name
-from meshwire.control.reconcile.ids import wire_id
-from meshwire.control.tables.links import End, LinkKind, LinkRow
+from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.types import TapRef
 from meshwire.dataplane.tap import TapSpec, open_tap_in, tap_info
 
@@ -35,20 +35,6 @@ __all__ = ["namespaces"]
 
 KEY = "lab/5/r1"
 MARK = "meshwire:lab/5"
-
-
-def grpc_row(pod_netns: str, local_ip: str = "10.0.0.1/30", mtu: int = 1500) -> LinkRow:
-    """Pod r1's end (on this node) of link lab/5 to pod r2 on node 192.0.2.2."""
-    return LinkRow(
-        namespace="lab",
-        uid=5,
-        kind=LinkKind.GRPC,
-        local=End(pod="r1", netns=pod_netns, intf="eth1", ip=local_ip),
-        peer=End(pod="r2", netns="", intf="eth1"),
-        mtu=mtu,
-        peer_node_ip="192.0.2.2",
-        wire_id=wire_id("lab", 5, "r1", "r2"),
-    )
 
 
 class RecordingEnds:

@@ -34,13 +34,14 @@ SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
 
 
 @pytest.fixture
-def grpc_lab(tmp_path: Path) -> Iterator[Callable[[str, int], Lab]]:
-    """Brings up a meshnet fixture with the gRPC wire on N nodes; `lab down` at the end."""
-    config = tmp_path / "grpc.yaml"
-    config.write_text("inter_node_link_type: grpc\nlog: {format: text}\n")
+def grpc_lab(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
+    """Brings up a meshnet fixture with the gRPC wire on N nodes (more config lines in
+    `extra`); `lab down` at the end."""
     with ExitStack() as labs:
 
-        def up(fixture: str, nodes: int) -> Lab:
+        def up(fixture: str, nodes: int, extra: str = "") -> Lab:
+            config = tmp_path / "grpc.yaml"
+            config.write_text(f"inter_node_link_type: grpc\nlog: {{format: text}}\n{extra}")
             lab = labs.enter_context(unique_lab(tmp_path))
             argv = ("up", str(FIXTURES / fixture), "--nodes", str(nodes), "--config", str(config))
             assert lab.run(*argv) == 0
@@ -113,7 +114,7 @@ def ifindex(lab: Lab, pod: str, intf: str) -> int:
 def test_cross_node_links_over_the_grpc_wire_pass_check(
     fixture: str,
     nodes: int,
-    grpc_lab: Callable[[str, int], Lab],
+    grpc_lab: Callable[..., Lab],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     lab = grpc_lab(fixture, nodes)
@@ -129,7 +130,7 @@ def test_cross_node_links_over_the_grpc_wire_pass_check(
 
 
 def test_a_worker_killed_during_iperf3_is_replaced_and_traffic_resumes(
-    grpc_lab: Callable[[str, int], Lab], capsys: pytest.CaptureFixture[str]
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
 ) -> None:
     lab = grpc_lab("3node.yml", 2)  # r1, r3 on node1, r2 on node2: r1-r2 is a wire
     check(lab, capsys)
@@ -168,7 +169,7 @@ def test_a_worker_killed_during_iperf3_is_replaced_and_traffic_resumes(
 
 
 def test_a_peer_pod_moved_to_another_node_takes_its_wires_along(
-    grpc_lab: Callable[[str, int], Lab], capsys: pytest.CaptureFixture[str]
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
 ) -> None:
     lab = grpc_lab("3node.yml", 3)  # r1 on node1, r2 on node2, r3 on node3: three wires
     assert stream_refs(settled(lab, 1)) == {f"{node_ip(2)}:51112": 1, f"{node_ip(3)}:51112": 1}
@@ -189,7 +190,7 @@ def test_a_peer_pod_moved_to_another_node_takes_its_wires_along(
 
 
 def test_a_pod_restarted_with_a_new_netns_gets_a_fresh_tap_and_nothing_stale(
-    grpc_lab: Callable[[str, int], Lab], capsys: pytest.CaptureFixture[str]
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
 ) -> None:
     lab = grpc_lab("3node.yml", 2)
     check(lab, capsys)
@@ -212,7 +213,7 @@ def test_a_pod_restarted_with_a_new_netns_gets_a_fresh_tap_and_nothing_stale(
 
 
 def test_a_daemon_killed_and_restarted_reattaches_its_taps_without_recreating_them(
-    grpc_lab: Callable[[str, int], Lab], capsys: pytest.CaptureFixture[str]
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
 ) -> None:
     lab = grpc_lab("3node.yml", 2)
     check(lab, capsys)
@@ -226,3 +227,25 @@ def test_a_daemon_killed_and_restarted_reattaches_its_taps_without_recreating_th
         time.sleep(0.2)
     check(lab, capsys)
     assert {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")} == before
+
+
+def test_with_offloads_off_the_wire_carries_full_size_frames_unchanged(
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = grpc_lab("3node.yml", 2, "dataplane: {offloads: false}\n")
+    check(lab, capsys)
+
+    ping = subprocess.run(
+        in_pod(lab, "r1", "ping", "-c", "3", "-i", "0.2", "-s", "1472", "-M", "do", "12.12.12.2"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ping.returncode == 0, ping.stdout
+    vnet = subprocess.run(
+        ["ip", "-n", f"{lab.prefix}default.r1", "-d", "link", "show", "eth1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "vnet_hdr off" in vnet

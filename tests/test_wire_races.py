@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from wire_helpers import DATA_PORT, NS, grpc_row, is_open, wire_nodes
+from wire_helpers import DATA_PORT, NS, grpc_row, is_open, joined, wire_nodes
 
 
 async def test_both_nodes_reconciling_one_link_at_once_get_one_tap_and_one_worker_entry() -> None:
@@ -103,10 +103,7 @@ async def test_a_wire_torn_down_before_its_handshake_completed_leaves_nothing_be
 
 async def test_a_wire_whose_far_end_went_away_is_rebuilt_when_it_comes_back() -> None:
     with wire_nodes("a", "b") as (_network, (a, b)):
-        row_a, row_b = grpc_row(1, "r1", "r2", b.ip), grpc_row(1, "r2", "r1", a.ip)
-        a.attach(row_a)
-        b.attach(row_b)
-        await a.handshake(b)
+        row_a, row_b = await joined(a, b)
         assert a.manager.ready(row_a.key) and b.manager.ready(row_b.key)
 
         b.manager.detach(row_b.key)  # r2 is deleted on b
@@ -150,10 +147,7 @@ async def test_a_peer_pod_moved_to_another_node_takes_its_wire_to_the_new_stream
 
 async def test_a_goodbye_for_an_end_that_is_back_meanwhile_is_not_sent() -> None:
     with wire_nodes("a", "b") as (network, (a, b)):
-        row_a, row_b = grpc_row(1, "r1", "r2", b.ip), grpc_row(1, "r2", "r1", a.ip)
-        a.attach(row_a)
-        b.attach(row_b)
-        await a.handshake(b)
+        row_a, row_b = await joined(a, b)
 
         # r2 restarts on b: its end is detached and attached again before b's
         # handshake loop gets to node a.
@@ -167,10 +161,7 @@ async def test_a_goodbye_for_an_end_that_is_back_meanwhile_is_not_sent() -> None
 
 async def test_a_verify_pass_finds_a_far_end_that_lost_its_wire_without_saying() -> None:
     with wire_nodes("a", "b") as (network, (a, b)):
-        row_a, row_b = grpc_row(1, "r1", "r2", b.ip), grpc_row(1, "r2", "r1", a.ip)
-        a.attach(row_a)
-        b.attach(row_b)
-        await a.handshake(b)
+        row_a, row_b = await joined(a, b)
         network.down.add(a.ip)
         b.manager.detach(row_b.key)
         await b.handshake(a)  # the goodbye is lost

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 import pytest
 from dataplane_helpers import (
     NODE,
+    Pod,
     close_pods,
     make_node,
     make_pod,
@@ -39,6 +40,17 @@ def prefix() -> Iterator[str]:
         yield value
 
 
+@pytest.fixture
+def pods(prefix: str) -> Iterator[tuple[Pod, Pod]]:
+    """Pods a (10.0.0.1) and b (10.0.0.2), each a netns with a TAP; fds closed at the end."""
+    a = make_pod(prefix, "a", "10.0.0.1/24")
+    b = make_pod(prefix, "b", "10.0.0.2/24")
+    try:
+        yield a, b
+    finally:
+        close_pods(a, b)
+
+
 @asynccontextmanager
 async def pool(
     node: str, port_base: int, desired: dict[int, Desired], count: int = 2
@@ -59,58 +71,54 @@ def wire(
     pool_.changed(wire_id)
 
 
-async def test_wires_go_to_the_worker_their_id_names_and_carry_frames(prefix: str) -> None:
-    a = make_pod(prefix, "a", "10.0.0.1/24")
-    b = make_pod(prefix, "b", "10.0.0.2/24")
+async def test_wires_go_to_the_worker_their_id_names_and_carry_frames(
+    prefix: str, pods: tuple[Pod, Pod]
+) -> None:
+    a, b = pods
     node = make_node(prefix)
     want_a: dict[int, Desired] = {}
     want_b: dict[int, Desired] = {}
-    try:
-        async with pool(node, 52000, want_a) as pa, pool(node, 52100, want_b) as pb:
-            # Wire ids 6 and 7: the two ends of one wire, both on worker (6 >> 1) % 2 == 1.
-            assert (pa.index_of(6), pa.port_of(6), pb.port_of(7)) == (1, 52001, 52101)
-            wire(pa, want_a, 6, a.fd, 7, pb.port_of(7))
-            wire(pb, want_b, 7, b.fd, 6, pa.port_of(6))
-            await wait_until(lambda: 6 in pa.counters() and 7 in pb.counters())
-            assert ping(a, b.address)
-            await wait_until(lambda: pa.counters()[6].tx_frames > 0)
-            assert pa.held() == 1
-            assert [(w, s.peer_port, s.refs) for w, s in pa.streams()] == [(1, 52101, 1)]
+    async with pool(node, 52000, want_a) as pa, pool(node, 52100, want_b) as pb:
+        # Wire ids 6 and 7: the two ends of one wire, both on worker (6 >> 1) % 2 == 1.
+        assert (pa.index_of(6), pa.port_of(6), pb.port_of(7)) == (1, 52001, 52101)
+        wire(pa, want_a, 6, a.fd, 7, pb.port_of(7))
+        wire(pb, want_b, 7, b.fd, 6, pa.port_of(6))
+        await wait_until(lambda: 6 in pa.counters() and 7 in pb.counters())
+        assert ping(a, b.address)
+        await wait_until(lambda: pa.counters()[6].tx_frames > 0)
+        assert pa.held() == 1
+        assert [(w, s.peer_port, s.refs) for w, s in pa.streams()] == [(1, 52101, 1)]
 
-            # The wire goes: its worker drops it and closes the stream.
-            del want_a[6]
-            pa.changed(6)
-            await wait_until(lambda: 6 not in pa.counters() and pa.streams() == [])
-            assert not ping(a, b.address, count=1)
-    finally:
-        close_pods(a, b)
+        # The wire goes: its worker drops it and closes the stream.
+        del want_a[6]
+        pa.changed(6)
+        await wait_until(lambda: 6 not in pa.counters() and pa.streams() == [])
+        assert not ping(a, b.address, count=1)
 
 
-async def test_a_killed_worker_is_restarted_and_handed_its_wires_again(prefix: str) -> None:
-    a = make_pod(prefix, "a", "10.0.0.1/24")
-    b = make_pod(prefix, "b", "10.0.0.2/24")
+async def test_a_killed_worker_is_restarted_and_handed_its_wires_again(
+    prefix: str, pods: tuple[Pod, Pod]
+) -> None:
+    a, b = pods
     node = make_node(prefix)
     want_a: dict[int, Desired] = {}
     want_b: dict[int, Desired] = {}
-    try:
-        async with pool(node, 52200, want_a, count=1) as pa, pool(node, 52300, want_b, 1) as pb:
-            wire(pa, want_a, 2, a.fd, 3, pb.port_of(3))
-            wire(pb, want_b, 3, b.fd, 2, pa.port_of(2))
-            await wait_until(lambda: 2 in pa.counters() and 3 in pb.counters())
-            assert ping(a, b.address)  # (blocks the loop: the pools act only before and after)
-            (old_pid,) = pa.pids().values()
+    async with pool(node, 52200, want_a, count=1) as pa, pool(node, 52300, want_b, 1) as pb:
+        wire(pa, want_a, 2, a.fd, 3, pb.port_of(3))
+        wire(pb, want_b, 3, b.fd, 2, pa.port_of(2))
+        await wait_until(lambda: 2 in pa.counters() and 3 in pb.counters())
+        assert ping(a, b.address)  # (blocks the loop: the pools act only before and after)
+        (old_pid,) = pa.pids().values()
 
-            os.kill(old_pid, signal.SIGKILL)
+        os.kill(old_pid, signal.SIGKILL)
 
-            await wait_until(lambda: pa.restarts() == 1 and 2 in pa.counters(), within=20)
-            (new_pid,) = pa.pids().values()
-            assert new_pid != old_pid
-            assert ping(a, b.address)
-            assert [(s.peer_port, s.refs) for _, s in pa.streams()] == [(52300, 1)]
-            # The pod's TAP never lost its queue: control held its own fd all along.
-            assert "NO-CARRIER" not in sh("ip", "-n", a.netns, "link", "show", a.tap)
-    finally:
-        close_pods(a, b)
+        await wait_until(lambda: pa.restarts() == 1 and 2 in pa.counters(), within=20)
+        (new_pid,) = pa.pids().values()
+        assert new_pid != old_pid
+        assert ping(a, b.address)
+        assert [(s.peer_port, s.refs) for _, s in pa.streams()] == [(52300, 1)]
+        # The pod's TAP never lost its queue: control held its own fd all along.
+        assert "NO-CARRIER" not in sh("ip", "-n", a.netns, "link", "show", a.tap)
 
 
 async def test_a_new_fd_for_a_wire_is_handed_over_once(prefix: str) -> None:

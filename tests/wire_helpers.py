@@ -158,6 +158,15 @@ class Network:
         return sum(1 for m, _, _ in self.calls if m == method)
 
 
+async def joined(a: WireNode, b: WireNode) -> tuple[LinkRow, LinkRow]:
+    """Link lab/1 between r1 on `a` and r2 on `b`, both ends realised and joined."""
+    row_a, row_b = grpc_row(1, "r1", "r2", b.ip), grpc_row(1, "r2", "r1", a.ip)
+    a.attach(row_a)
+    b.attach(row_b)
+    await a.handshake(b)
+    return row_a, row_b
+
+
 @contextmanager
 def wire_nodes(*names: str) -> Iterator[tuple[Network, list[WireNode]]]:
     """Nodes `names` at 169.254.0.11, .12, ... on one Network; closed at exit."""
