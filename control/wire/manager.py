@@ -140,7 +140,6 @@ class WireManager:
         if not same_far_end(wire.row, row):
             self._unindex(row.key, wire)
             self._lose_far(wire)
-            self.slots.changed(wire.row.wire_id)
             wire.row = row
             self._index(row.key, wire)
         else:
@@ -169,12 +168,11 @@ class WireManager:
             )
 
     def detach(self, key: str) -> None:
-        wire = self._wires.pop(key, None)
+        wire = self._wires.get(key)
         if wire is None:
             return
-        self._unindex(key, wire, popped=True)
+        self._unindex(key, wire)
         self._lose_far(wire)
-        self.slots.changed(wire.row.wire_id)
         with contextlib.suppress(OSError):
             os.close(wire.fd)
 
@@ -187,9 +185,6 @@ class WireManager:
             return None
         command = worker_command(wire)
         return None if command is None else Desired(command, wire.fd, wire.generation)
-
-    def wire_ids(self) -> list[int]:
-        return list(self._by_id)
 
     # -- the handshake loop's side ----------------------------------------------
 
@@ -212,7 +207,6 @@ class WireManager:
             if wire.far is not None:
                 log.info("wire %s: node %s no longer has its end: %s", key, node_ip, answer.error)
                 self._lose_far(wire, goodbye=False)
-                self.slots.changed(wire.row.wire_id)
             return
         wire.problem = ""
         self._join(wire, FarEnd(node_ip, answer.data_port, answer.wire_id))
@@ -308,7 +302,6 @@ class WireManager:
                 continue
             log.info("wire %s: node %s removed its end", wire.row.key, caller_ip)
             self._lose_far(wire, goodbye=False)
-            self.slots.changed(wire.row.wire_id)
             self.nodes.add_rate_limited(caller_ip)
 
     # -- observation ------------------------------------------------------------
@@ -365,7 +358,8 @@ class WireManager:
         self.slots.changed(wire.row.wire_id)
 
     def _lose_far(self, wire: Wire, goodbye: bool = True) -> None:
-        """The wire is no longer joined; with `goodbye`, the far node is told."""
+        """The wire is no longer joined (its worker lets it go); with `goodbye`, the far
+        node is told."""
         row = wire.row
         if goodbye and row.peer_node_ip:
             self._goodbyes.setdefault(
@@ -375,6 +369,7 @@ class WireManager:
         if wire.far is not None:
             wire.far = None
             self._carrier(wire)
+        self.slots.changed(row.wire_id)
 
     def _back(self, goodbye: Goodbye) -> bool:
         for key in self._by_node.get(goodbye.node_ip, ()):
@@ -399,9 +394,8 @@ class WireManager:
         self._by_id[wire.row.wire_id] = key
         self._by_node.setdefault(wire.row.peer_node_ip, set()).add(key)
 
-    def _unindex(self, key: str, wire: Wire, popped: bool = False) -> None:
-        if not popped:
-            self._wires.pop(key, None)
+    def _unindex(self, key: str, wire: Wire) -> None:
+        self._wires.pop(key, None)
         if self._by_id.get(wire.row.wire_id) == key:
             del self._by_id[wire.row.wire_id]
         keys = self._by_node.get(wire.row.peer_node_ip)
