@@ -54,11 +54,7 @@ class GrpcDriver:
             if found is None or found.kind != KIND:
                 if found is not None:
                     iface.delete(ipr, found.index)
-                fd = self._create(row, mark, ns, ipr)
-                found = iface.find(ipr, end.intf)
-                if found is None:
-                    os.close(fd)
-                    raise LinkError(mark.link, end.netns, end.intf, "vanished right after creation")
+                fd, found = self._create(row, mark, ns, ipr)
             tap = TapRef(ns.identity, found.index)
             if fd is None and self._wires.held(row.key) != tap:
                 fd = self._attach(row, mark, ipr, found)
@@ -81,8 +77,8 @@ class GrpcDriver:
     def _spec(self, row: LinkRow, name: str) -> TapSpec:
         return TapSpec(name, row.mtu or 1500, self._offloads)
 
-    def _create(self, row: LinkRow, mark: Mark, ns: Netns, ipr: Any) -> int:
-        """A new marked TAP in `ns` (`ipr` talks to it) as `local.intf`; returns its fd."""
+    def _create(self, row: LinkRow, mark: Mark, ns: Netns, ipr: Any) -> tuple[int, iface.Iface]:
+        """A new marked TAP in `ns` (`ipr` talks to it) as `local.intf`: its fd, and it."""
         temp = temp_name(row.key, Role.TAP)
         fds: list[int] = []
 
@@ -90,12 +86,12 @@ class GrpcDriver:
             fds.append(open_tap_in(row.local.netns, self._spec(row, temp)))
 
         try:
-            create_and_place(mark, create, [Placement(temp, ns, ipr, row.local.intf)])
+            (made,) = create_and_place(mark, create, [Placement(temp, ns, ipr, row.local.intf)])
         except BaseException:
             for fd in fds:
                 os.close(fd)
             raise
-        return fds[0]
+        return fds[0], made
 
     def _attach(self, row: LinkRow, mark: Mark, ipr: Any, found: iface.Iface) -> int:
         """An fd on the existing TAP `found`, after checking the name still means it.

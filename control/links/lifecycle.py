@@ -78,9 +78,9 @@ def clear_leftovers(ipr: Any, mark: Mark, temps: Sequence[str], where: str = "(h
 
 def create_and_place(
     mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
-) -> None:
+) -> list[iface.Iface]:
     """Call `create` (it makes each placement's interface as `temp` in its netns), then
-    rename each to its `name`, marked and up.
+    rename each to its `name`, marked and up; returns them as the kernel now has them.
 
     Leftovers of an earlier attempt under the temporary names are cleared
     first. On any failure every interface still under a temporary name is
@@ -112,6 +112,15 @@ def create_and_place(
             if left is not None:
                 iface.delete(placement.ipr, left.index)
         raise
+    made = []
+    for placement in placements:
+        found = iface.find(placement.ipr, placement.name)
+        if found is None:
+            raise LinkError(
+                mark.link, placement.netns.path, placement.name, "vanished right after creation"
+            )
+        made.append(found)
+    return made
 
 
 def delete_end(netns: str, intf: str, kind: str, mark: Mark, temp: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface
-from .errors import LinkError, SpecError, blame
+from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
 from .netns import CURRENT, Netns, netlink, open_netns
@@ -61,14 +61,9 @@ class MacvlanDriver:
                     }
                     if row.mtu:
                         add["mtu"] = row.mtu
-                    create_and_place(
+                    (found,) = create_and_place(
                         mark, lambda: host.link("add", **add), [Placement(temp, ns, ipr, end.intf)]
                     )
-                    found = iface.find(ipr, end.intf)
-                    if found is None:
-                        raise LinkError(
-                            mark.link, end.netns, end.intf, "vanished right after creation"
-                        )
                 iface.converge(ipr, found, mark, row.mtu, end.ip)
 
     def delete(self, row: LinkRow) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface
-from .errors import LinkError, SpecError, blame
+from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
 from .netns import Netns, netlink, open_netns
@@ -80,7 +80,7 @@ class VethDriver:
             add["peer"]["mtu"] = row.mtu
         # Asked of the local end's netns, where that end is made; the peer's
         # goes straight into its own.
-        create_and_place(
+        made = create_and_place(
             mark,
             lambda: local[0].link("add", **add),
             [
@@ -88,12 +88,6 @@ class VethDriver:
                 Placement(peer_temp, peer[1], peer[0], row.peer.intf),
             ],
         )
-        made = []
-        for (ipr, _, _), end in ((local, row.local), (peer, row.peer)):
-            found = iface.find(ipr, end.intf)
-            if found is None:
-                raise LinkError(mark.link, end.netns, end.intf, "vanished right after creation")
-            made.append(found)
         return made[0], made[1]
 
 
