@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define MW_HDR 6
@@ -16,11 +17,18 @@ struct mw_entry {
     mw_counters c;
 };
 
+struct mw_tag {
+    char *name; /* a topology namespace, not NUL-terminated */
+    size_t len;
+};
+
 struct mw_table {
     uint32_t id_limit;
     size_t n_pages;
     struct mw_entry **pages; /* pages[id >> MW_PAGE_BITS], NULL until first used */
     uint64_t unknown;
+    struct mw_tag *tags; /* tags[i] is the namespace of tag i + 1 */
+    size_t n_tags, cap_tags;
 };
 
 mw_table *mw_table_new(uint32_t id_limit)
@@ -45,6 +53,9 @@ void mw_table_free(mw_table *t)
     for (size_t i = 0; i < t->n_pages; i++)
         free(t->pages[i]);
     free(t->pages);
+    for (size_t i = 0; i < t->n_tags; i++)
+        free(t->tags[i].name);
+    free(t->tags);
     free(t);
 }
 
@@ -152,50 +163,45 @@ void mw_batch_read(mw_table *t, mw_reader *r)
     r->drained = active == 0;
 }
 
-long mw_batch_check(const uint8_t *buf, size_t len)
+int mw_table_deliver(mw_table *t, uint32_t tag, uint32_t id, const uint8_t *frame, size_t len)
 {
-    size_t off = 0;
-    long frames = 0;
-    while (off < len) {
-        if (len - off < MW_HDR)
-            return -1 - (long)off;
-        size_t flen = ((size_t)buf[off + 4] << 8) | buf[off + 5];
-        if (len - off - MW_HDR < flen)
-            return -1 - (long)off;
-        off += MW_HDR + flen;
-        frames++;
+    struct mw_entry *e = entry(t, id);
+    if (!e || tag == 0 || e->tag != tag) {
+        t->unknown++;
+        return 0;
     }
-    return frames;
+    ssize_t n;
+    do
+        n = write(e->fd, frame, len);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)len) {
+        e->c.rx_drops++;
+        return 0;
+    }
+    e->c.rx_frames++;
+    e->c.rx_bytes += len;
+    return 1;
 }
 
-long mw_batch_write(mw_table *t, uint32_t tag, const uint8_t *buf, size_t len)
+uint32_t mw_table_tag(mw_table *t, const char *ns, size_t len, int create)
 {
-    long checked = mw_batch_check(buf, len);
-    if (checked < 0)
-        return checked;
-    size_t off = 0;
-    long delivered = 0;
-    while (off < len) {
-        const uint8_t *p = buf + off;
-        uint32_t id = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-        size_t flen = ((size_t)p[4] << 8) | p[5];
-        off += MW_HDR + flen;
-        struct mw_entry *e = entry(t, id);
-        if (!e || e->tag != tag) {
-            t->unknown++;
-            continue;
-        }
-        ssize_t n;
-        do
-            n = write(e->fd, p + MW_HDR, flen);
-        while (n < 0 && errno == EINTR);
-        if (n == (ssize_t)flen) {
-            e->c.rx_frames++;
-            e->c.rx_bytes += flen;
-            delivered++;
-        } else {
-            e->c.rx_drops++;
-        }
+    for (size_t i = 0; i < t->n_tags; i++)
+        if (t->tags[i].len == len && memcmp(t->tags[i].name, ns, len) == 0)
+            return (uint32_t)(i + 1);
+    if (!create)
+        return 0;
+    if (t->n_tags == t->cap_tags) {
+        size_t cap = t->cap_tags ? 2 * t->cap_tags : 8;
+        struct mw_tag *grown = realloc(t->tags, cap * sizeof(*grown));
+        if (!grown)
+            return 0;
+        t->tags = grown;
+        t->cap_tags = cap;
     }
-    return delivered;
+    char *name = malloc(len ? len : 1);
+    if (!name)
+        return 0;
+    memcpy(name, ns, len);
+    t->tags[t->n_tags] = (struct mw_tag){.name = name, .len = len};
+    return (uint32_t)++t->n_tags;
 }

@@ -1,7 +1,8 @@
 /* The gRPC wire's batching codec (DESIGN.md §5), shared by cffi (cext/wirec_build.py
  * feeds every line not starting with '#' to cdef) and wirec.c.
  *
- * Batch format: [wire id u32][len u16][frame]... in network byte order.
+ * Batch format: [wire id u32][len u16][frame]... in network byte order; batchmsg.h
+ * wraps a batch into a gRPC message.
  */
 #ifndef MESHWIRE_WIREC_H
 #define MESHWIRE_WIREC_H
@@ -19,7 +20,8 @@ typedef struct {
 
 typedef struct mw_table mw_table;
 
-/* The wires of one worker: wire id -> (fd, namespace tag, peer wire id, counters).
+/* The wires of one worker: wire id -> (fd, namespace tag, peer wire id, counters),
+ * and the namespace tags.
  * Ids are below id_limit; lookups are two array indexings, and the entries of
  * 1024 consecutive ids are allocated together on the first mw_table_set among them. */
 mw_table *mw_table_new(uint32_t id_limit);
@@ -54,14 +56,15 @@ typedef struct {
  * are packed, or buf has no room for a max_frame read. Never blocks. */
 void mw_batch_read(mw_table *t, mw_reader *r);
 
-/* Returns the number of frames in a well-formed batch, or -1 - offset of the first
- * header that is truncated or announces more bytes than remain. Reads only buf[0, len). */
-long mw_batch_check(const uint8_t *buf, size_t len);
+/* Writes one received frame to the TAP of wire `id` if that wire carries `tag`, else
+ * counts it unknown (tag 0 matches no wire). A frame the fd refuses (EAGAIN included)
+ * is dropped and counted; nothing blocks. Returns 1 if the frame was delivered. */
+int mw_table_deliver(mw_table *t, uint32_t tag, uint32_t id, const uint8_t *frame, size_t len);
 
-/* Writes every frame of a well-formed batch to the fd of its wire id if that wire
- * carries `tag`, else counts it unknown. A frame the fd refuses (EAGAIN included) is
- * dropped and counted; nothing blocks. Returns the frames delivered, or the negative
- * mw_batch_check result (writing nothing) if the batch is malformed. */
-long mw_batch_write(mw_table *t, uint32_t tag, const uint8_t *buf, size_t len);
+/* The tag of a topology namespace (`len` bytes, not NUL-terminated): wires of one
+ * namespace share it, and a stream delivers only to wires of its own. Tags start at 1
+ * and never change; with `create` an unseen namespace gets the next one. Returns 0 for
+ * an unseen namespace without `create`, or if out of memory. */
+uint32_t mw_table_tag(mw_table *t, const char *ns, size_t len, int create);
 
 #endif

@@ -59,7 +59,6 @@ class WorkerHandle:
                 "--config",
                 json.dumps(dataclasses.asdict(config)),
                 pass_fds=(theirs.fileno(),),
-                env={**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "0"},
             )
         ours.setblocking(False)
         handle = cls(process, ours)

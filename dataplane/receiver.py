@@ -1,59 +1,137 @@
-"""The worker's Wire service: writes each received batch to its wires' TAPs in C.
+"""The worker's Wire service: accepts connections and serves the frame streams on them.
 
-The batch's wire ids are this worker's own; a frame for a wire it lacks, or one
-of another topology namespace than the stream's, is dropped and counted by the
-table. A malformed batch is dropped whole and counted; the stream goes on, so
-one bad sender never stalls other wires.
+Each accepted connection gets a C receiver (cext/h2receiver.c) that speaks gRPC
+over HTTP/2, decodes the Batch messages of every call on it as they arrive and
+writes each frame to its wire's TAP; this shell only accepts and relays socket
+events (watch.py). A frame for a wire the worker lacks, or one of another
+topology namespace than its call's, is dropped and counted by the table. A
+message that breaks the Batch format is counted and skipped; the stream goes
+on, so one bad sender never stalls other wires.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+import socket
+from collections.abc import Callable
 from typing import Any
 
-import grpc
-
-from meshwire.dataplane.codec import MalformedBatch
-from meshwire.dataplane.message import MalformedMessage, frames
-from meshwire.dataplane.sender import FRAMES_METHOD, NAMESPACE_METADATA
+from meshwire.dataplane._wirec import ffi, lib
+from meshwire.dataplane.watch import Watch
 from meshwire.dataplane.wirec import WireTable
-from meshwire.proto import meshwire_pb2
 
 log = logging.getLogger(__name__)
 
+BACKLOG = 128
 
-class Receiver:
-    """`tags` maps a topology namespace to the table tag of its wires (0: none yet)."""
 
-    def __init__(self, table: WireTable, tags: Mapping[str, int]) -> None:
-        self.incoming = 0
-        self.malformed = 0
+class Listener:
+    """Serves the Wire service on one TCP port for the wires of `table`."""
+
+    def __init__(self, table: WireTable) -> None:
         self._table = table
-        self._tags = tags
+        self._stats: Any = ffi.new("mw_rx_stats *")
+        self._sock: socket.socket | None = None
+        self._connections: dict[int, _Connection] = {}
 
-    def handler(self) -> Any:
-        """The generic handler to add to a grpc.aio server."""
-        method = grpc.stream_unary_rpc_method_handler(
-            self.frames,
-            request_deserializer=None,  # raw message bytes: `message.frames` reads them
-            response_serializer=meshwire_pb2.FramesSummary.SerializeToString,
-        )
-        service, name = FRAMES_METHOD.rsplit("/", 1)
-        return grpc.method_handlers_generic_handler(service.strip("/"), {name: method})
-
-    async def frames(self, batches: AsyncIterator[Any], context: Any) -> meshwire_pb2.FramesSummary:
-        namespace = dict(context.invocation_metadata()).get(NAMESPACE_METADATA, "")
-        count = 0
-        self.incoming += 1
+    def start(self, host: str, port: int) -> int:
+        """Listens on host:port (port 0: any free one); returns the port. Raises OSError."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            async for raw in batches:
-                count += 1
-                try:
-                    self._table.write_batch(self._tags.get(namespace, 0), frames(raw))
-                except (MalformedBatch, MalformedMessage) as exc:
-                    self.malformed += 1
-                    log.warning("stream from %s (%s): %s", context.peer(), namespace, exc)
-        finally:
-            self.incoming -= 1
-        return meshwire_pb2.FramesSummary(batches=count)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept)
+        return int(sock.getsockname()[1])
+
+    @property
+    def incoming(self) -> int:
+        """Calls being served now."""
+        return int(self._stats.streams)
+
+    @property
+    def malformed(self) -> int:
+        """Messages received that broke the Batch format."""
+        return int(self._stats.malformed)
+
+    def close(self) -> None:
+        """Stops listening and closes every connection, saying GOAWAY where the socket
+        takes it at once."""
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        for connection in list(self._connections.values()):
+            connection.shut()
+
+    def _accept(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                sock, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of fds: the next connection may fare better
+                log.warning("wire service: accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection = _Connection(sock, self._table, self._stats, self._forget)
+            self._connections[sock.fileno()] = connection
+            connection.start()
+
+    def _forget(self, fd: int) -> None:
+        self._connections.pop(fd, None)
+
+
+class _Connection:
+    def __init__(
+        self, sock: socket.socket, table: WireTable, stats: Any, forget: Callable[[int], None]
+    ) -> None:
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._forget = forget
+        self._receiver: Any = lib.mw_receiver_new(self._fd, table.handle, stats)
+        if self._receiver == ffi.NULL:
+            raise MemoryError("wire service: no memory for a connection")
+        receiver = self._receiver
+        self._watch = Watch(
+            self._fd,
+            lambda: int(lib.mw_receiver_on_readable(receiver)),
+            lambda: int(lib.mw_receiver_on_writable(receiver)),
+            self._end,
+        )
+
+    def start(self) -> None:
+        self._watch.apply(lib.mw_receiver_on_writable(self._receiver))
+
+    def shut(self) -> None:
+        """GOAWAY if the socket takes it now, then the connection is closed."""
+        if not self._watch.done:
+            lib.mw_receiver_shut(self._receiver)
+            self._watch.stop()
+            self._end()
+
+    def _end(self) -> None:
+        if self._receiver == ffi.NULL:
+            return
+        error = ffi.string(lib.mw_receiver_error(self._receiver)).decode()
+        if error:
+            log.info("wire service: connection from %s ended: %s", self._peer(), error)
+        lib.mw_receiver_free(self._receiver)
+        self._receiver = ffi.NULL
+        self._forget(self._fd)
+        self._sock.close()
+
+    def _peer(self) -> str:
+        try:
+            return str(self._sock.getpeername())
+        except OSError:
+            return "a peer that left"

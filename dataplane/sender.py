@@ -1,13 +1,17 @@
-"""One outgoing stream: reads its wires' TAPs in C and sends each batch as one gRPC message.
+"""One outgoing stream: a `Wire/Frames` gRPC call carrying its wires' frames in batches.
+
+The call itself runs in C (cext/h2sender.c): it reads the TAPs, packs their
+frames into Batch messages and writes them as HTTP/2 DATA frames, one message
+per batch, each sent as soon as no TAP is readable, so at low load a frame goes
+out alone and at once and under load batches fill up. This shell connects,
+hands the C call its events (watch.py) and reconnects when the call fails.
 
 The TAP fds of the stream's wires sit in one epoll set, and only that epoll fd
 is watched by the event loop, so arming and disarming costs one call however
-many wires the stream has. A batch is sent as soon as no TAP is readable: at
-low load a frame goes out alone and at once, under load batches fill up.
-
-While the peer worker is unreachable the call waits for it (wait_for_ready) and
-the TAP queues fill, so the kernel drops and counts on the TAP; when a call
-fails it is opened again after a short pause. Frames in flight are lost.
+many wires the stream has. While the peer worker is unreachable the sender
+keeps trying (backing off from RETRY_MIN to RETRY_MAX) and the TAP queues fill,
+so the kernel drops and counts on the TAP; frames in flight when a call fails
+are lost.
 """
 
 from __future__ import annotations
@@ -16,34 +20,34 @@ import asyncio
 import contextlib
 import logging
 import select
+import socket
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-
+from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.streams import StreamKey
+from meshwire.dataplane.watch import Watch
 from meshwire.dataplane.wirec import BatchReader, WireTable
-from meshwire.proto import meshwire_pb2
 
 log = logging.getLogger(__name__)
 
-FRAMES_METHOD = "/meshwire.v1.Wire/Frames"
-NAMESPACE_METADATA = "meshwire-namespace"
-# Pause before a failed stream is opened again (the channel adds its own backoff).
-RETRY_PAUSE = 0.05
-# How long a closing stream waits for the peer to acknowledge its end before
-# the call is cancelled (the peer may be gone).
+# Reconnect to a restarted peer worker within a tenth of a second, doubling up to a
+# second while it stays away: a worker restart should cost frames, not seconds.
+RETRY_MIN = 0.05
+RETRY_MAX = 1.0
+# A connection attempt that neither succeeds nor fails within this is given up
+# (a peer node that drops packets), then retried.
+CONNECT_TIMEOUT = 5.0
+# Unacknowledged data older than this fails the connection (TCP_USER_TIMEOUT, ms),
+# so a peer node that vanished without a word is found when the next frame goes out.
+USER_TIMEOUT_MS = 20_000
+# How long a closing stream waits for the peer to acknowledge its end before the
+# connection is dropped (the peer may be gone).
 CLOSE_GRACE = 1.0
-# Reconnect to a restarted peer worker within a tenth of a second, not gRPC's
-# default first backoff of 1 s: a worker restart should cost frames, not seconds.
-RECONNECT_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 
 
 def target(node: str, port: int) -> str:
-    """gRPC target for a node address (IPv6 addresses are bracketed)."""
+    """host:port for a node address (IPv6 addresses are bracketed)."""
     return f"[{node}]:{port}" if ":" in node else f"{node}:{port}"
 
 
@@ -59,25 +63,22 @@ class Sender:
         batch_bytes: int,
     ) -> None:
         self.key = key
-        self.batches = 0
+        self._table = table
         self._fd_of = fd_of
         self._fds: dict[int, int] = {}
         self._epoll = select.epoll()
         self._reader = BatchReader(table, batch_bytes, batch_frames)
-        self._channel: Any = grpc.aio.insecure_channel(
-            target(key.peer_node, key.peer_port),
-            options=[("grpc.max_send_message_length", batch_bytes + 1024), *RECONNECT_OPTIONS],
-        )
-        # The reader makes each encoded Batch itself (message.py): sent as it is.
-        self._send: Any = self._channel.stream_unary(
-            FRAMES_METHOD,
-            request_serializer=None,
-            response_deserializer=meshwire_pb2.FramesSummary.FromString,
-        )
-        self._stopping = False
-        # The future `_readable` waits on, so `close` can wake it.
-        self._waiting: asyncio.Future[None] | None = None
+        self._call: Any = ffi.NULL
+        self._watch: Watch | None = None
+        self._batches_before = 0  # messages sent by the calls that ended
+        self._closing = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"sender {key}")
+
+    @property
+    def batches(self) -> int:
+        """Messages sent on this stream, over every call it made."""
+        live = int(lib.mw_sender_batches(self._call)) if self._call != ffi.NULL else 0
+        return self._batches_before + live
 
     def set_wires(self, wire_ids: frozenset[int]) -> None:
         wanted = {wire_id: self._fd_of(wire_id) for wire_id in wire_ids}
@@ -92,67 +93,94 @@ class Sender:
         self._reader.set_wires(list(wanted))
 
     async def close(self) -> None:
-        """Ends the stream (the peer sees it finish) and releases the channel.
+        """Ends the stream (the peer sees the call finish) and drops the connection.
 
-        The call is half-closed and its answer awaited for up to CLOSE_GRACE
-        seconds before it is cancelled: gRPC keeps native memory of every
-        cancelled call (about 200 bytes each, measured on grpcio 1.85), which
-        10,000 wire lives would otherwise leave behind in each worker.
+        A call in progress is ended after its message in flight, and its answer
+        awaited for up to CLOSE_GRACE seconds; a connection being made or a
+        pause before the next attempt is simply abandoned.
         """
-        self._stopping = True
-        if self._waiting is not None and not self._waiting.done():
-            self._waiting.set_result(None)
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), CLOSE_GRACE)
-        except TimeoutError:
+        self._closing.set()
+        if self._watch is not None and not self._watch.done:
+            self._watch.apply(lib.mw_sender_finish(self._call))
+        else:
+            self._task.cancel()
+        ended, _ = await asyncio.wait({self._task}, timeout=CLOSE_GRACE)
+        if not ended:
             self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        await self._channel.close()
         self._epoll.close()
 
     async def _run(self) -> None:
-        metadata = ((NAMESPACE_METADATA, self.key.namespace),)
-        while not self._stopping:
-            call = self._send(metadata=metadata, wait_for_ready=True)
+        pause = RETRY_MIN
+        while not self._closing.is_set():
             try:
-                await self._pump(call)
-                await call.done_writing()
-                await call
-                return
-            except asyncio.CancelledError:
-                call.cancel()
-                raise
-            except Exception as exc:
-                log.info("stream %s failed, reopening: %s", self.key, exc)
-                call.cancel()
-            await asyncio.sleep(RETRY_PAUSE)
+                sock = await self._connect()
+            except OSError as exc:
+                log.info("stream %s: cannot connect (%s); retrying in %.2fs", self.key, exc, pause)
+                await self._pause(pause)
+                pause = min(2 * pause, RETRY_MAX)
+                continue
+            pause = RETRY_MIN
+            with sock:
+                error = await self._serve(sock)
+            if not self._closing.is_set():
+                log.info("stream %s ended (%s); reopening", self.key, error or "by the receiver")
+                await self._pause(RETRY_MIN)
 
-    async def _pump(self, call: Any) -> None:
-        """Sends batches until the sender is closed."""
-        while not self._stopping:
-            await self._readable()
-            drained = False
-            while not drained:
-                message, frames, drained = self._reader.read()
-                if frames:
-                    await call.write(message)
-                    self.batches += 1
+    async def _pause(self, seconds: float) -> None:
+        """Sleeps, but no longer than until the sender is closed."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), seconds)
 
-    async def _readable(self) -> None:
-        """Until a TAP of the stream is readable, or `close` was called."""
-        loop = asyncio.get_running_loop()
-        ready = self._waiting = loop.create_future()
-        if self._stopping:
-            return
-        fd = self._epoll.fileno()
-
-        def wake() -> None:
-            if not ready.done():
-                ready.set_result(None)
-
-        loop.add_reader(fd, wake)
+    async def _connect(self) -> socket.socket:
+        address = (self.key.peer_node, self.key.peer_port)
+        family = socket.AF_INET6 if ":" in self.key.peer_node else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            await ready
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+            connecting = asyncio.get_running_loop().sock_connect(sock, address)
+            await asyncio.wait_for(connecting, CONNECT_TIMEOUT)
+        except TimeoutError:
+            sock.close()
+            raise OSError(f"no answer from {target(*address)} within {CONNECT_TIMEOUT}s") from None
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    async def _serve(self, sock: socket.socket) -> str:
+        """Runs one call on the connected socket until it is over; returns why ("" if it
+        ended as asked)."""
+        call = lib.mw_sender_new(
+            sock.fileno(),
+            self._table.handle,
+            self._reader.handle,
+            target(self.key.peer_node, self.key.peer_port).encode(),
+            self.key.namespace.encode(),
+        )
+        if call == ffi.NULL:
+            raise MemoryError(f"stream {self.key}: no memory for a call")
+        over = asyncio.get_running_loop().create_future()
+        watch = Watch(
+            sock.fileno(),
+            lambda: int(lib.mw_sender_on_readable(call)),
+            lambda: int(lib.mw_sender_on_writable(call)),
+            lambda: over.set_result(None),
+            self._epoll.fileno(),
+            lambda: int(lib.mw_sender_on_taps(call)),
+        )
+        self._call, self._watch = call, watch
+        try:
+            watch.apply(lib.mw_sender_on_writable(call))
+            if self._closing.is_set():
+                watch.apply(lib.mw_sender_finish(call))
+            await over
+            return str(ffi.string(lib.mw_sender_error(call)).decode())
         finally:
-            loop.remove_reader(fd)
+            watch.stop()
+            self._batches_before += int(lib.mw_sender_batches(call))
+            self._call, self._watch = ffi.NULL, None
+            lib.mw_sender_free(call)

@@ -1,7 +1,9 @@
-"""Python face of the C batching codec (`cext/wirec.c`, built by scripts/build.d/30-dataplane.sh).
+"""Python face of the C wire table and batch reader (`cext/wirec.c`, built by
+scripts/build.d/30-dataplane.sh).
 
-`WireTable` is a worker's wire id -> TAP table; `BatchReader` packs one sender's
-TAPs into batches. Both call into C once per batch, never per frame.
+`WireTable` is a worker's wire id -> TAP table and its namespace tags;
+`BatchReader` is one sender's reading state, which the C sender (`cext/h2sender.c`)
+fills batch by batch. Python never touches a frame.
 """
 
 from __future__ import annotations
@@ -10,9 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from meshwire.dataplane._wirec import ffi, lib
-from meshwire.dataplane.codec import MAX_FRAME, MalformedBatch
+from meshwire.dataplane.codec import MAX_FRAME
 from meshwire.dataplane.counters import Counters
-from meshwire.dataplane.message import HEADROOM, header
 
 # Batch buffers are not zeroed: every byte sent was read into them first, and
 # untouched pages of a 1 MiB buffer then cost no memory.
@@ -60,43 +61,38 @@ class WireTable:
         """Frames received for a wire id this table lacks or holds for another namespace."""
         return int(lib.mw_table_unknown(self._table))
 
-    def write_batch(self, tag: int, batch: bytes | memoryview) -> int:
-        """Delivers a batch to the TAPs; returns frames delivered, raises MalformedBatch."""
-        result = int(lib.mw_batch_write(self._table, tag, ffi.from_buffer(batch), len(batch)))
-        if result < 0:
-            raise MalformedBatch(-result - 1, len(batch))
-        return result
+    def tag(self, namespace: str) -> int:
+        """The tag of a topology namespace's wires, made on first use (tags start at 1)."""
+        name = namespace.encode()
+        tag = int(lib.mw_table_tag(self._table, name, len(name), 1))
+        if tag == 0:
+            raise MemoryError(f"wire table: no memory for namespace {namespace!r}")
+        return tag
 
     @property
     def handle(self) -> Any:
         return self._table
 
 
-def check(batch: bytes) -> int:
-    """The frame count of a well-formed batch; raises MalformedBatch."""
-    result = int(lib.mw_batch_check(ffi.from_buffer(batch), len(batch)))
-    if result < 0:
-        raise MalformedBatch(-result - 1, len(batch))
-    return result
-
-
 class BatchReader:
-    """Reads a set of wires' TAPs into `Batch` messages with one buffer allocated up front.
+    """One sender's TAPs and the buffer their frames are packed into, allocated once.
 
     `capacity` (bytes of packed frames) must leave room for at least one
-    `max_frame` read plus its header, or `read` returns nothing. The message
-    header goes into `message.HEADROOM` bytes kept before the frames.
+    `max_frame` read plus its header, or no frame is ever read. The buffer keeps
+    `HEADROOM` bytes before the frames, where the sender writes each message's header.
     """
+
+    HEADROOM = int(lib.MW_BATCHMSG_HEADROOM)
 
     def __init__(
         self, table: WireTable, capacity: int, max_frames: int, max_frame: int = MAX_FRAME
     ) -> None:
         self._table = table
-        self._buf: Any = _new_uncleared("uint8_t[]", HEADROOM + capacity)
+        self._buf: Any = _new_uncleared("uint8_t[]", self.HEADROOM + capacity)
         self._ids: Any = ffi.new("uint32_t[]", 0)
         self._reader: Any = ffi.new("mw_reader *")
         r = self._reader
-        r.buf = self._buf + HEADROOM
+        r.buf = self._buf + self.HEADROOM
         r.cap = capacity
         r.max_frame = min(max_frame, MAX_FRAME)
         r.max_frames = max_frames
@@ -109,17 +105,7 @@ class BatchReader:
         self._reader.ids = self._ids
         self._reader.n_ids = len(wire_ids)
 
-    def read(self) -> tuple[bytes, int, bool]:
-        """(message, frames in it, drained): drained means every TAP had nothing left.
-
-        The message is the encoded `Batch` (b"" when no frame was read).
-        """
-        r = self._reader
-        lib.mw_batch_read(self._table.handle, r)
-        if not r.frames:
-            return b"", 0, bool(r.drained)
-        head = header(r.bytes)
-        start = HEADROOM - len(head)
-        ffi.memmove(self._buf + start, head, len(head))
-        message = ffi.buffer(self._buf + start, len(head) + r.bytes)[:]
-        return message, int(r.frames), bool(r.drained)
+    @property
+    def handle(self) -> Any:
+        """The `mw_reader *`; valid while this object lives."""
+        return self._reader

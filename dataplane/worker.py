@@ -9,10 +9,12 @@ worker sends Ready (with its data port), a WireAck per command, and every
 `report_interval` seconds a StreamReport and WireReports (messages.py).
 
 The worker serves the Wire service on its data port, writing received batches
-to its TAPs, and keeps one outgoing stream per (namespace, peer node, peer
-port), refcounted by its wires (streams.py). It exits on SIGTERM or SIGINT, or
-when control's end of the socket closes; the TAPs stay, since control keeps its
-own fds and the TAPs are persistent.
+to its TAPs (receiver.py), and keeps one outgoing stream per (namespace, peer
+node, peer port), refcounted by its wires (streams.py, sender.py). Both speak
+gRPC over HTTP/2 in C, so no frame passes through Python, and the worker uses
+no gRPC library (no threads of its own to survive a fork). It exits on SIGTERM
+or SIGINT, or when control's end of the socket closes; the TAPs stay, since
+control keeps its own fds and the TAPs are persistent.
 """
 
 from __future__ import annotations
@@ -26,15 +28,13 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any
 
-import grpc
 import uvloop
 
 from meshwire.dataplane import fdpass, messages
 from meshwire.dataplane.netns_thread import enter_netns
-from meshwire.dataplane.receiver import Receiver
-from meshwire.dataplane.sender import Sender, target
+from meshwire.dataplane.receiver import Listener
+from meshwire.dataplane.sender import Sender
 from meshwire.dataplane.streams import StreamKey, Streams
 from meshwire.dataplane.wirec import ID_LIMIT, WireTable, WireTableError
 
@@ -84,10 +84,9 @@ class Worker:
         self._config = config
         self._control = control
         self._table = WireTable(config.id_limit)
-        self._tags: dict[str, int] = {}
         self._wires: dict[int, _Wire] = {}
         self._streams: Streams[Sender] = Streams(self._open_stream)
-        self._receiver = Receiver(self._table, self._tags)
+        self._listener = Listener(self._table)
         self._stopping = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
         # Datagrams to control, in order (acks must follow their commands).
@@ -98,16 +97,7 @@ class Worker:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         self._control.setblocking(False)
-        server: Any = grpc.aio.server(
-            options=[
-                ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", self._config.batch_bytes + 1024),
-            ]
-        )
-        server.add_generic_rpc_handlers((self._receiver.handler(),))
-        address = target(self._config.listen_host, self._config.data_port)
-        port = server.add_insecure_port(address)
-        await server.start()
+        port = self._listener.start(self._config.listen_host, self._config.data_port)
         writer = loop.create_task(self._write_loop())
         self._say(messages.Ready(port))
         loop.add_reader(self._control.fileno(), self._on_command)
@@ -118,7 +108,7 @@ class Worker:
             loop.remove_reader(self._control.fileno())
             reports.cancel()
             writer.cancel()
-            await server.stop(0.2)
+            self._listener.close()
             await asyncio.gather(*(sender.close() for _, sender in self._streams.items()))
             await asyncio.gather(*self._closing)
             for wire in self._wires.values():
@@ -168,10 +158,10 @@ class Worker:
 
     def _add(self, command: messages.AddWire, fd: int) -> messages.WireAck:
         os.set_blocking(fd, False)  # a blocking TAP would stall every wire of the worker
-        tag = self._tags.setdefault(command.namespace, len(self._tags) + 1)
         try:
+            tag = self._table.tag(command.namespace)
             self._table.set(command.wire_id, fd, tag, command.peer_wire_id)
-        except WireTableError as exc:
+        except (WireTableError, MemoryError) as exc:
             os.close(fd)
             return messages.WireAck(command.wire_id, str(exc))
         old = self._wires.get(command.wire_id)
@@ -211,7 +201,7 @@ class Worker:
         )
         self._say(
             messages.StreamReport(
-                streams, self._receiver.incoming, self._table.unknown, self._receiver.malformed
+                streams, self._listener.incoming, self._table.unknown, self._listener.malformed
             )
         )
         counters = [(wire_id, self._table.counters(wire_id)) for wire_id in self._wires]

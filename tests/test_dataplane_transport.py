@@ -1,0 +1,208 @@
+"""The Wire stream is gRPC: the C transport and grpcio, the reference, talk both ways.
+
+A worker's receiver (receiver.py, cext/h2receiver.c) serves a grpcio client,
+and a worker's sender (sender.py, cext/h2sender.c) is served by a grpcio
+server, over loopback TCP. TAPs are stood in for by SOCK_SEQPACKET socket
+pairs, so no root is needed. grpcio splits messages into 16 KiB DATA frames and
+paces them with its own flow-control windows, which the C side must follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, NamedTuple
+
+import grpc
+import pytest
+from codec_helpers import grpc_message
+
+from meshwire.dataplane import codec
+from meshwire.dataplane.receiver import Listener
+from meshwire.dataplane.sender import Sender
+from meshwire.dataplane.streams import StreamKey
+from meshwire.dataplane.wirec import WireTable
+from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
+
+LOOPBACK = "127.0.0.1"
+NAMESPACE = (("meshwire-namespace", "lab"),)
+
+
+@pytest.fixture
+def tap() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(the end the worker reads and writes, the far end the test uses)."""
+    near, far = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    near.setblocking(False)
+    for end in (near, far):  # room for a burst of large frames
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    yield near, far
+    near.close()
+    far.close()
+
+
+class Served(NamedTuple):
+    table: WireTable
+    listener: Listener
+    channel: Any
+
+
+@pytest.fixture
+async def served(tap: tuple[socket.socket, socket.socket]) -> AsyncIterator[Served]:
+    """A listener whose table has wire 7 of namespace lab on the TAP; and a grpcio
+    channel to it."""
+    table = WireTable()
+    table.set(7, tap[0].fileno(), table.tag("lab"), peer_id=0)
+    listener = Listener(table)
+    port = listener.start(LOOPBACK, 0)
+    channel = grpc.aio.insecure_channel(f"{LOOPBACK}:{port}")
+    yield Served(table, listener, channel)
+    await channel.close()
+    listener.close()
+
+
+def frames_of(size: int, count: int) -> list[bytes]:
+    return [i.to_bytes(4, "big") + bytes(size - 4) for i in range(count)]
+
+
+async def received(far: socket.socket, count: int) -> list[bytes]:
+    return await asyncio.to_thread(lambda: [far.recv(65536) for _ in range(count)])
+
+
+async def until(condition: Any, within: float = 10.0) -> None:
+    for _ in range(int(within / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within {within}s: {condition}")
+
+
+async def test_a_grpcio_client_s_batches_reach_their_wire_and_the_call_ends_ok(
+    served: Served, tap: tuple[socket.socket, socket.socket]
+) -> None:
+    _, listener, channel = served
+    sent = frames_of(9000, 40) + frames_of(60, 200)  # messages of 16 KiB frames and of one
+    batches = [sent[i : i + 20] for i in range(0, len(sent), 20)]
+    call = meshwire_pb2_grpc.WireStub(channel).Frames(metadata=NAMESPACE)
+
+    for batch in batches:
+        await call.write(meshwire_pb2.Batch(frames=codec.pack([(7, f) for f in batch])))
+    assert await received(tap[1], len(sent)) == sent
+    assert listener.incoming == 1
+    await call.done_writing()
+    summary = await call
+
+    assert summary.batches == len(batches)
+    assert await call.code() == grpc.StatusCode.OK
+    await until(lambda: listener.incoming == 0)
+
+
+async def test_frames_of_another_namespace_are_counted_not_delivered(
+    served: Served, tap: tuple[socket.socket, socket.socket]
+) -> None:
+    table, _, channel = served
+    call = meshwire_pb2_grpc.WireStub(channel).Frames(
+        metadata=(("meshwire-namespace", "elsewhere"),)
+    )
+    await call.write(meshwire_pb2.Batch(frames=codec.pack([(7, b"stray")])))
+    await call.done_writing()
+
+    assert (await call).batches == 1
+    assert table.unknown == 1
+    tap[1].setblocking(False)
+    with pytest.raises(BlockingIOError):
+        tap[1].recv(100)
+
+
+async def test_a_malformed_message_is_counted_and_the_stream_goes_on(
+    served: Served, tap: tuple[socket.socket, socket.socket]
+) -> None:
+    _, listener, channel = served
+    raw = channel.stream_unary(
+        "/meshwire.v1.Wire/Frames",
+        request_serializer=None,
+        response_deserializer=meshwire_pb2.FramesSummary.FromString,
+    )(metadata=NAMESPACE)
+
+    await raw.write(b"\x0b\x01x")  # a group wire type: no Batch
+    await raw.write(grpc_message(codec.pack([(7, b"after")]))[5:])
+
+    assert await received(tap[1], 1) == [b"after"]
+    assert listener.malformed == 1
+    await raw.done_writing()
+    assert (await raw).batches == 1
+
+
+async def test_another_method_or_a_compressed_call_is_refused_with_a_status(
+    served: Served,
+) -> None:
+    _, listener, channel = served
+    other = channel.unary_unary("/meshwire.v1.Wire/Other")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await other(b"")
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+    call = meshwire_pb2_grpc.WireStub(channel).Frames(
+        metadata=NAMESPACE, compression=grpc.Compression.Gzip
+    )
+    await call.done_writing()  # a write could race the refusal: grpcio then says INTERNAL
+    with pytest.raises(grpc.aio.AioRpcError) as compressed:
+        await call
+    assert compressed.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "identity" in (compressed.value.details() or "")
+    assert listener.incoming == 0
+
+
+class Collector(meshwire_pb2_grpc.WireServicer):
+    """A grpcio Wire service that keeps every frame it receives, and the calls' metadata."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[int, bytes]] = []
+        self.namespaces: list[str] = []
+        self.ended = 0
+
+    async def Frames(
+        self, request_iterator: AsyncIterator[meshwire_pb2.Batch], context: Any
+    ) -> meshwire_pb2.FramesSummary:
+        self.namespaces.append(dict(context.invocation_metadata())["meshwire-namespace"])
+        count = 0
+        async for batch in request_iterator:
+            self.frames += codec.unpack(batch.frames)
+            count += 1
+        self.ended += 1
+        return meshwire_pb2.FramesSummary(batches=count)
+
+
+@pytest.fixture
+async def grpcio_server() -> AsyncIterator[tuple[Collector, int]]:
+    collector = Collector()
+    server = grpc.aio.server()
+    meshwire_pb2_grpc.add_WireServicer_to_server(collector, server)
+    port = server.add_insecure_port(f"{LOOPBACK}:0")
+    await server.start()
+    yield collector, port
+    await server.stop(0)
+
+
+async def test_a_sender_s_call_is_served_by_grpcio_and_ends_when_closed(
+    grpcio_server: tuple[Collector, int], tap: tuple[socket.socket, socket.socket]
+) -> None:
+    collector, port = grpcio_server
+    table = WireTable()
+    table.set(1, tap[0].fileno(), table.tag("lab"), peer_id=99)
+    sender = Sender(
+        StreamKey("lab", LOOPBACK, port), table, lambda _: tap[0].fileno(), 256, 1 << 20
+    )
+    sender.set_wires(frozenset({1}))
+    sent = frames_of(9000, 600) + frames_of(60, 2000)  # 5.5 MB: beyond grpcio's first windows
+
+    await asyncio.to_thread(lambda: [tap[1].send(f) for f in sent])
+    await until(lambda: len(collector.frames) == len(sent))
+    batches = sender.batches
+    await sender.close()
+
+    assert collector.frames == [(99, f) for f in sent]
+    assert collector.namespaces == ["lab"]
+    assert collector.ended == 1
+    assert 0 < batches < len(sent)  # frames went in batches
