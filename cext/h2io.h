@@ -11,6 +11,18 @@
 #include <nghttp2/nghttp2.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* The Wire service's one method, and the metadata naming the call's topology namespace. */
+#define MW_WIRE_PATH "/meshwire.v1.Wire/Frames"
+#define MW_NAMESPACE_HEADER "meshwire-namespace"
+
+/* A header field for nghttp2_submit_*: the strings are copied at submission. */
+static inline nghttp2_nv mw_h2_header(const char *name, const char *value)
+{
+    return (nghttp2_nv){(uint8_t *)name, (uint8_t *)value, strlen(name), strlen(value),
+                        NGHTTP2_NV_FLAG_NONE};
+}
 
 typedef struct {
     int fd;

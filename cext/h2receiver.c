@@ -19,8 +19,6 @@
 #include "h2io.h"
 #include "h2wire.h"
 
-#define WIRE_PATH "/meshwire.v1.Wire/Frames"
-#define NAMESPACE_HEADER "meshwire-namespace"
 #define NAMESPACE_MAX 253
 #define WINDOW_MAX 0x7FFFFFFF
 #define FRAME_SIZE_MAX 0xFFFFFF
@@ -56,12 +54,6 @@ struct mw_receiver {
     uint8_t *buf;
 };
 
-static nghttp2_nv header(const char *name, const char *value)
-{
-    return (nghttp2_nv){(uint8_t *)name, (uint8_t *)value, strlen(name), strlen(value),
-                        NGHTTP2_NV_FLAG_NONE};
-}
-
 static int is(const uint8_t *s, size_t len, const char *literal)
 {
     return len == strlen(literal) && memcmp(s, literal, len) == 0;
@@ -85,10 +77,10 @@ static void deliver(void *ctx, uint32_t wire_id, const uint8_t *frame, size_t le
 static void refuse(struct call *c, const char *status, const char *message)
 {
     nghttp2_nv answer[] = {
-        header(":status", "200"),
-        header("content-type", "application/grpc"),
-        header("grpc-status", status),
-        header("grpc-message", message),
+        mw_h2_header(":status", "200"),
+        mw_h2_header("content-type", "application/grpc"),
+        mw_h2_header("grpc-status", status),
+        mw_h2_header("grpc-message", message),
     };
     c->refused = 1;
     c->conn->stats->refused++;
@@ -99,7 +91,7 @@ static void refuse(struct call *c, const char *status, const char *message)
 static void accept_call(struct call *c)
 {
     if (!c->path_ok)
-        refuse(c, STATUS_UNIMPLEMENTED, "meshwire workers serve " WIRE_PATH " only");
+        refuse(c, STATUS_UNIMPLEMENTED, "meshwire workers serve " MW_WIRE_PATH " only");
     else if (!c->grpc_type)
         refuse(c, STATUS_INVALID_ARGUMENT, "content-type must be application/grpc");
     else if (!c->identity)
@@ -122,7 +114,7 @@ static ssize_t read_reply(nghttp2_session *session, int32_t stream_id, uint8_t *
     memcpy(buf, c->reply + c->reply_off, n);
     c->reply_off += n;
     if (c->reply_off == c->reply_len) {
-        nghttp2_nv trailers[] = {header("grpc-status", "0")};
+        nghttp2_nv trailers[] = {mw_h2_header("grpc-status", "0")};
         *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
         if (nghttp2_submit_trailer(session, stream_id, trailers, 1) != 0)
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
@@ -149,7 +141,8 @@ static void answer(struct call *c)
     c->reply[4] = (uint8_t)body;
     c->reply_len = 5 + body;
     c->answered = 1;
-    nghttp2_nv head[] = {header(":status", "200"), header("content-type", "application/grpc")};
+    nghttp2_nv head[] = {mw_h2_header(":status", "200"),
+                         mw_h2_header("content-type", "application/grpc")};
     nghttp2_data_provider reply = {.source = {.ptr = c}, .read_callback = read_reply};
     nghttp2_submit_response(c->conn->session, c->id, head, 2, &reply);
 }
@@ -185,14 +178,14 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     if (!c)
         return 0;
     if (is(name, namelen, ":path"))
-        c->path_ok = is(value, valuelen, WIRE_PATH);
+        c->path_ok = is(value, valuelen, MW_WIRE_PATH);
     else if (is(name, namelen, "content-type"))
         c->grpc_type = is(value, valuelen, "application/grpc") ||
                        starts_with(value, valuelen, "application/grpc+") ||
                        starts_with(value, valuelen, "application/grpc;");
     else if (is(name, namelen, "grpc-encoding"))
         c->identity = is(value, valuelen, "identity");
-    else if (is(name, namelen, NAMESPACE_HEADER)) {
+    else if (is(name, namelen, MW_NAMESPACE_HEADER)) {
         c->ns_len = valuelen < NAMESPACE_MAX ? valuelen : NAMESPACE_MAX;
         memcpy(c->ns, value, c->ns_len);
     }

@@ -16,8 +16,6 @@
 #include "h2io.h"
 #include "h2wire.h"
 
-#define WIRE_PATH "/meshwire.v1.Wire/Frames"
-#define NAMESPACE_HEADER "meshwire-namespace"
 /* Messages made per mw_sender_on_taps call at most, so one busy stream cannot keep
  * the event loop from the worker's other sockets. */
 #define ROUNDS_PER_CALL 8
@@ -134,12 +132,6 @@ static int on_stream_close(nghttp2_session *session, int32_t stream_id, uint32_t
     return 0;
 }
 
-static nghttp2_nv header(const char *name, const char *value)
-{
-    return (nghttp2_nv){(uint8_t *)name, (uint8_t *)value, strlen(name), strlen(value),
-                        NGHTTP2_NV_FLAG_NONE};
-}
-
 mw_sender *mw_sender_new(int fd, mw_table *table, mw_reader *reader, const char *authority,
                          const char *ns)
 {
@@ -165,14 +157,14 @@ mw_sender *mw_sender_new(int fd, mw_table *table, mw_reader *reader, const char 
     }
     nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
     nghttp2_nv request[] = {
-        header(":method", "POST"),
-        header(":scheme", "http"),
-        header(":path", WIRE_PATH),
-        header(":authority", authority),
-        header("content-type", "application/grpc"),
-        header("te", "trailers"),
-        header("user-agent", "meshwire-worker"),
-        header(NAMESPACE_HEADER, ns),
+        mw_h2_header(":method", "POST"),
+        mw_h2_header(":scheme", "http"),
+        mw_h2_header(":path", MW_WIRE_PATH),
+        mw_h2_header(":authority", authority),
+        mw_h2_header("content-type", "application/grpc"),
+        mw_h2_header("te", "trailers"),
+        mw_h2_header("user-agent", "meshwire-worker"),
+        mw_h2_header(MW_NAMESPACE_HEADER, ns),
     };
     nghttp2_data_provider body = {.source = {.ptr = s}, .read_callback = read_body};
     if (nghttp2_submit_settings(s->session, NGHTTP2_FLAG_NONE, settings, 1) != 0 ||
