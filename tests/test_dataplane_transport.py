@@ -10,6 +10,7 @@ paces them with its own flow-control windows, which the C side must follow.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, NamedTuple
@@ -19,6 +20,7 @@ import pytest
 from codec_helpers import grpc_message
 
 from meshwire.dataplane import codec
+from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.receiver import Listener
 from meshwire.dataplane.sender import Sender
 from meshwire.dataplane.streams import StreamKey
@@ -206,3 +208,87 @@ async def test_a_sender_s_call_is_served_by_grpcio_and_ends_when_closed(
     assert collector.namespaces == ["lab"]
     assert collector.ended == 1
     assert 0 < batches < len(sent)  # frames went in batches
+
+
+class StallingProxy:
+    """A TCP relay to `port` that stops taking the caller's bytes while `flowing` is clear."""
+
+    def __init__(self, port: int) -> None:
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self._port = port
+        self._server: Any = None
+
+    async def start(self) -> int:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)  # fills early
+        sock.bind((LOOPBACK, 0))
+        self._server = await asyncio.start_server(self._relay, sock=sock)
+        return int(sock.getsockname()[1])
+
+    async def close(self) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(LOOPBACK, self._port)
+
+        async def copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter, gated: bool) -> None:
+            while True:
+                if gated:
+                    await self.flowing.wait()
+                data = await src.read(65536)
+                if not data:
+                    break
+                dst.write(data)
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(copy(reader, up_writer, True), copy(up_reader, writer, False))
+
+
+async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_order() -> None:
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2)]
+    (tx_near, tx_far), (rx_near, rx_far) = pairs
+    for near, _ in pairs:
+        near.setblocking(False)
+    rx_table, tx_table = WireTable(), WireTable()
+    rx_table.set(7, rx_near.fileno(), rx_table.tag("lab"), peer_id=1)
+    tx_table.set(1, tx_near.fileno(), tx_table.tag("lab"), peer_id=7)
+    listener = Listener(rx_table)
+    proxy = StallingProxy(listener.start(LOOPBACK, 0))
+    key = StreamKey("lab", LOOPBACK, await proxy.start())
+    sender = Sender(key, tx_table, lambda _: tx_near.fileno(), 256, 1 << 20)
+    sender.set_wires(frozenset({1}))
+    sent = frames_of(9000, 1500)  # 13.5 MB: far beyond what the sockets between buffer
+    got: list[bytes] = []
+    try:
+        proxy.flowing.clear()
+        writing = asyncio.create_task(asyncio.to_thread(lambda: [tx_far.send(f) for f in sent]))
+        await asyncio.sleep(0.5)  # the sender fills the socket, keeps the rest, stops reading
+        proxy.flowing.set()
+        await writing
+
+        def arrived() -> bool:
+            rx_far.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    got.append(rx_far.recv(65536))
+            c = rx_table.counters(7)
+            return c is not None and c.rx_frames + c.rx_drops == len(sent)
+
+        await until(arrived, within=30)
+        arrived()
+    finally:
+        await sender.close()
+        await proxy.close()
+        listener.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+    assert got, "nothing was delivered"
+    assert all(f in sent for f in got)  # whole frames, none torn
+    indexes = [int.from_bytes(f[:4], "big") for f in got]
+    assert indexes == sorted(indexes)  # in order; the stream itself lost nothing
+    assert tx_table.counters(1) == Counters(tx_frames=len(sent), tx_bytes=9000 * len(sent))
