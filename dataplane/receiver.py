@@ -83,7 +83,12 @@ class Listener:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            connection = _Connection(sock, self._table, self._stats, self._forget)
+            try:
+                connection = _Connection(sock, self._table, self._stats, self._forget)
+            except MemoryError as exc:
+                log.warning("wire service: %s; connection refused", exc)
+                sock.close()
+                continue
             self._connections[sock.fileno()] = connection
             connection.start()
 

@@ -123,7 +123,10 @@ class Sender:
                 continue
             pause = RETRY_MIN
             with sock:
-                error = await self._serve(sock)
+                try:
+                    error = await self._serve(sock)
+                except MemoryError as exc:
+                    error = str(exc)
             if not self._closing.is_set():
                 log.info("stream %s ended (%s); reopening", self.key, error or "by the receiver")
                 await self._pause(RETRY_MIN)
