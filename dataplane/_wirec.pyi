@@ -1,4 +1,5 @@
-# The cffi module built from cext/wirec.c (scripts/build.d/30-dataplane.sh); see cext/wirec.h.
+# The cffi module built from cext/*.c (scripts/build.d/30-dataplane.sh, cext/wirec_build.py);
+# its C declarations are cext/wirec.h, cext/batchmsg.h and cext/h2wire.h.
 from typing import Any
 
 ffi: Any
