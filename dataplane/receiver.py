@@ -17,6 +17,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from meshwire.dataplane import tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.watch import Watch
 from meshwire.dataplane.wirec import WireTable
@@ -82,7 +83,7 @@ class Listener:
                 log.warning("wire service: accept failed: %s", exc)
                 return
             sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tcp.tune(sock)
             try:
                 connection = _Connection(sock, self._table, self._stats, self._forget)
             except MemoryError as exc:

@@ -24,6 +24,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from meshwire.dataplane import tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.streams import StreamKey
 from meshwire.dataplane.watch import Watch
@@ -38,9 +39,6 @@ RETRY_MAX = 1.0
 # A connection attempt that neither succeeds nor fails within this is given up
 # (a peer node that drops packets), then retried.
 CONNECT_TIMEOUT = 5.0
-# Unacknowledged data older than this fails the connection (TCP_USER_TIMEOUT, ms),
-# so a peer node that vanished without a word is found when the next frame goes out.
-USER_TIMEOUT_MS = 20_000
 # How long a closing stream waits for the peer to acknowledge its end before the
 # connection is dropped (the peer may be gone).
 CLOSE_GRACE = 1.0
@@ -142,8 +140,7 @@ class Sender:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+            tcp.tune(sock)
             connecting = asyncio.get_running_loop().sock_connect(sock, address)
             await asyncio.wait_for(connecting, CONNECT_TIMEOUT)
         except TimeoutError:
