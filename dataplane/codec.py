@@ -1,8 +1,8 @@
 """The batch format of the gRPC wire, in pure Python: the reference for the C codec.
 
 A batch is `[wire id u32][len u16][frame]...` in network byte order (DESIGN.md §5);
-the wire id is the receiver's. The C codec (`cext/wirec.c`, wrapped by `wirec.py`)
-does the same on the data path; tests check the two agree byte for byte.
+the wire id is the receiver's. On the data path C packs (`cext/wirec.c`) and
+unpacks (`cext/batchmsg.c`) batches; tests check both agree with this byte for byte.
 """
 
 from __future__ import annotations
