@@ -50,27 +50,34 @@ static uint32_t be32(const uint8_t *p)
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
 }
 
-size_t mw_batchmsg_header(uint8_t *out, size_t frames_len)
+size_t mw_varint(uint8_t *out, uint64_t v)
 {
-    uint8_t varint[5];
     size_t n = 0;
-    size_t v = frames_len;
     do {
-        varint[n] = (uint8_t)(v & 0x7F);
+        out[n] = (uint8_t)(v & 0x7F);
         v >>= 7;
         if (v)
-            varint[n] |= 0x80;
+            out[n] |= 0x80;
         n++;
-    } while (v && n < sizeof(varint));
-    uint32_t msg_len = (uint32_t)(1 + n + frames_len);
-    out[0] = 0;
+    } while (v);
+    return n;
+}
+
+void mw_grpc_prefix(uint8_t *out, uint32_t msg_len)
+{
+    out[0] = 0; /* not compressed */
     out[1] = (uint8_t)(msg_len >> 24);
     out[2] = (uint8_t)(msg_len >> 16);
     out[3] = (uint8_t)(msg_len >> 8);
     out[4] = (uint8_t)msg_len;
-    out[5] = (FRAMES_FIELD << 3) | 2;
-    memcpy(out + 6, varint, n);
-    return 6 + n;
+}
+
+size_t mw_batchmsg_header(uint8_t *out, size_t frames_len)
+{
+    out[PREFIX_LEN] = (FRAMES_FIELD << 3) | 2;
+    size_t n = mw_varint(out + PREFIX_LEN + 1, frames_len);
+    mw_grpc_prefix(out, (uint32_t)(1 + n + frames_len));
+    return PREFIX_LEN + 1 + n;
 }
 
 mw_batchdec *mw_batchdec_new(void)

@@ -15,6 +15,12 @@
 /* Room mw_batchmsg_header may need: the gRPC prefix, the tag and a 5-byte varint. */
 enum { MW_BATCHMSG_HEADROOM = 11 };
 
+/* Writes v as a protobuf varint (at most 10 bytes) into out; returns its length. */
+size_t mw_varint(uint8_t *out, uint64_t v);
+
+/* Writes the 5-byte gRPC prefix of an uncompressed message of msg_len bytes. */
+void mw_grpc_prefix(uint8_t *out, uint32_t msg_len);
+
 /* Writes into out the header of a message whose Batch carries frames_len bytes of
  * packed frames (1 <= frames_len <= 2^32 - 12); returns the header's length. The
  * message is that header followed by the frames, exactly what protobuf serializes. */

@@ -126,19 +126,12 @@ static ssize_t read_reply(nghttp2_session *session, int32_t stream_id, uint8_t *
 static void answer(struct call *c)
 {
     uint64_t batches = mw_batchdec_messages(c->dec);
-    uint8_t *p = c->reply + 5;
+    size_t body = 0; /* proto3 leaves a zero count out */
     if (batches) {
-        *p++ = 0x08; /* field 1, varint */
-        do {
-            *p = (uint8_t)(batches & 0x7F);
-            batches >>= 7;
-            *p++ |= batches ? 0x80 : 0;
-        } while (batches);
+        c->reply[5] = 0x08; /* field 1, varint */
+        body = 1 + mw_varint(c->reply + 6, batches);
     }
-    size_t body = (size_t)(p - (c->reply + 5));
-    c->reply[0] = 0;
-    c->reply[1] = c->reply[2] = c->reply[3] = 0;
-    c->reply[4] = (uint8_t)body;
+    mw_grpc_prefix(c->reply, (uint32_t)body);
     c->reply_len = 5 + body;
     c->answered = 1;
     nghttp2_nv head[] = {mw_h2_header(":status", "200"),
