@@ -190,14 +190,19 @@ static int in_flight(const mw_sender *s)
     return s->sent < s->len;
 }
 
-static int next_step(mw_sender *s)
+/* What to wait for, given the bits of the flush just done. */
+static int bits_after_flush(mw_sender *s, int bits)
 {
-    int bits = mw_h2io_flush(&s->io, s->session);
     if (mw_h2io_over(&s->io, s->session) || (s->closed && !(bits & MW_IO_WRITE)))
         return MW_IO_DONE;
     if (!in_flight(s) && !s->finishing && !s->closed)
         bits |= MW_IO_TAPS;
     return bits;
+}
+
+static int next_step(mw_sender *s)
+{
+    return bits_after_flush(s, mw_h2io_flush(&s->io, s->session));
 }
 
 int mw_sender_on_readable(mw_sender *s)
@@ -222,6 +227,7 @@ static void resume(mw_sender *s)
 int mw_sender_on_taps(mw_sender *s)
 {
     mw_reader *r = s->reader;
+    int flushed = -1; /* the bits of the last flush, if a message was sent */
     for (int round = 0; round < ROUNDS_PER_CALL; round++) {
         if (in_flight(s) || s->finishing || s->closed || s->io.failed)
             break;
@@ -236,10 +242,11 @@ int mw_sender_on_taps(mw_sender *s)
         s->len = head + r->bytes;
         s->planned = s->sent = 0;
         resume(s);
-        if (mw_h2io_flush(&s->io, s->session) & MW_IO_WRITE || r->drained)
+        flushed = mw_h2io_flush(&s->io, s->session);
+        if (flushed & MW_IO_WRITE || r->drained)
             break;
     }
-    return next_step(s);
+    return flushed < 0 ? next_step(s) : bits_after_flush(s, flushed);
 }
 
 int mw_sender_finish(mw_sender *s)
