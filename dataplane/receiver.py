@@ -38,8 +38,7 @@ class Listener:
 
     def start(self, host: str, port: int) -> int:
         """Listens on host:port (port 0: any free one); returns the port. Raises OSError."""
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(tcp.family(host), socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))

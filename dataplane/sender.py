@@ -136,8 +136,7 @@ class Sender:
 
     async def _connect(self) -> socket.socket:
         address = (self.key.peer_node, self.key.peer_port)
-        family = socket.AF_INET6 if ":" in self.key.peer_node else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock = socket.socket(tcp.family(self.key.peer_node), socket.SOCK_STREAM)
         try:
             sock.setblocking(False)
             tcp.tune(sock)

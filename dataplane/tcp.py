@@ -1,4 +1,4 @@
-"""Socket options of the Wire stream's TCP connections, the same on both ends.
+"""The Wire stream's TCP connections: their address family and socket options, alike on both ends.
 
 - TCP_NODELAY: a batch leaves as soon as it is made (gRPC sets it too).
 - Keepalive probes after KEEPALIVE_IDLE seconds of silence, every
@@ -17,6 +17,11 @@ KEEPALIVE_IDLE = 30
 KEEPALIVE_INTERVAL = 10
 KEEPALIVE_COUNT = 3
 USER_TIMEOUT_MS = 20_000
+
+
+def family(host: str) -> socket.AddressFamily:
+    """The address family of a numeric node address (IPv6 ones have a colon)."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def tune(sock: socket.socket) -> None:
