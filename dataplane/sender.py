@@ -65,7 +65,7 @@ class Sender:
         self._fd_of = fd_of
         self._fds: dict[int, int] = {}
         self._epoll = select.epoll()
-        self._reader = BatchReader(table, batch_bytes, batch_frames)
+        self._reader = BatchReader(batch_bytes, batch_frames)
         self._call: Any = ffi.NULL
         self._watch: Watch | None = None
         self._batches_before = 0  # messages sent by the calls that ended

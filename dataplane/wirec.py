@@ -84,10 +84,7 @@ class BatchReader:
 
     HEADROOM = int(lib.MW_BATCHMSG_HEADROOM)
 
-    def __init__(
-        self, table: WireTable, capacity: int, max_frames: int, max_frame: int = MAX_FRAME
-    ) -> None:
-        self._table = table
+    def __init__(self, capacity: int, max_frames: int, max_frame: int = MAX_FRAME) -> None:
         self._buf: Any = _new_uncleared("uint8_t[]", self.HEADROOM + capacity)
         self._ids: Any = ffi.new("uint32_t[]", 0)
         self._reader: Any = ffi.new("mw_reader *")

@@ -12,9 +12,9 @@ The worker serves the Wire service on its data port, writing received batches
 to its TAPs (receiver.py), and keeps one outgoing stream per (namespace, peer
 node, peer port), refcounted by its wires (streams.py, sender.py). Both speak
 gRPC over HTTP/2 in C (libnghttp2), so no frame passes through Python and the
-worker loads no gRPC library. It exits on SIGTERM
-or SIGINT, or when control's end of the socket closes; the TAPs stay, since
-control keeps its own fds and the TAPs are persistent.
+worker loads no gRPC library. It exits on SIGTERM or SIGINT, or when control's
+end of the socket closes; the TAPs stay, since control keeps its own fds and
+the TAPs are persistent.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def test_c_reader_packs_what_python_packs_headed_by_the_peer_ids(
             pairs[wire_id - 10][1].send(frame)
             sent[wire_id + 1000].append(frame)
 
-    reader = wirec.BatchReader(table, capacity=1 << 20, max_frames=1000)
+    reader = wirec.BatchReader(capacity=1 << 20, max_frames=1000)
     reader.set_wires(local_ids)
     batch, frames, drained = read_batch(table, reader)
 
@@ -91,8 +91,8 @@ def test_c_reader_stops_at_max_frames_and_at_a_full_buffer_without_losing_frames
     for i in range(10):
         far.send(bytes([i]) * 100)
     # room for two 100-byte frames and then one read of up to max_frame + 1 bytes
-    roomy = wirec.BatchReader(table, capacity=1 << 16, max_frames=2, max_frame=200)
-    tight = wirec.BatchReader(table, capacity=2 * 106 + 6 + 201, max_frames=8, max_frame=200)
+    roomy = wirec.BatchReader(capacity=1 << 16, max_frames=2, max_frame=200)
+    tight = wirec.BatchReader(capacity=2 * 106 + 6 + 201, max_frames=8, max_frame=200)
     roomy.set_wires([1])
     tight.set_wires([1])
 
@@ -114,7 +114,7 @@ def test_c_reader_drops_and_counts_a_frame_longer_than_max_frame(
     table.set(1, tap.fileno(), NS_TAG, peer_id=1)
     far.send(b"x" * 300)
     far.send(b"y" * 50)
-    reader = wirec.BatchReader(table, capacity=4096, max_frames=8, max_frame=200)
+    reader = wirec.BatchReader(capacity=4096, max_frames=8, max_frame=200)
     reader.set_wires([1])
 
     batch, _, _ = read_batch(table, reader)
