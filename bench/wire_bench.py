@@ -18,16 +18,21 @@ With 2 workers the lab has two pod pairs whose wires sit on different workers
 at once and summed. Per configuration:
 
   - iperf3 TCP throughput (one stream per pair, `--seconds` long);
-  - 64-byte frame rate: iperf3 UDP at full speed with 22-byte payloads
-    (14 + 20 + 8 + 22 = 64 bytes on the wire, no FCS); the rate is the frames
-    the link delivered into the receiving pod (its eth1 RX counter) per second
-    of the run, so a receiving iperf3 that cannot keep up on this 2-core
-    machine (its socket drops, which it reports as lost) does not count
-    against the link;
+  - 64-byte frame rate: `bench/framegen.c` (compiled by the bench with `cc`)
+    sends one 64-byte IPv4/UDP frame (14 + 20 + 8 + 22 bytes, no FCS) out of
+    the sending pod's eth1 as fast as the kernel takes it, 64 frames per
+    sendmmsg through a packet socket; the rate is the frames the link
+    delivered into the receiving pod (its eth1 RX counter) per second of the
+    run. iperf3's UDP sockets, used before, cost more per frame than the links
+    and capped every configuration near the same rate;
+  - for the wire, the CPU time its dataplane workers (both nodes) spent per
+    delivered frame during that run: what batching saves, whatever the
+    offered load;
   - ping RTT: the average of 100 pings 10 ms apart.
 
 Each figure is the median of `--repeat` runs: on 2 cores the wire's workers
-share the CPUs with both iperf3 processes, and single runs vary by a third.
+share the CPUs with the traffic's senders and receivers, and single runs vary
+by a quarter.
 Ratios: TCP and frames against (b) vxlan and against (d) with the same
 workers, as issue #5's targets are stated ((c) >= 0.5 x (b) in TCP, (c) >= 20
 x (d) in frames/s), and everything against (a) veth. Labs are named
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import secrets
 import statistics
@@ -45,17 +51,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from meshwire.control.lab.state import LabDir
+
 MESHWIRE = [sys.executable, "-m", "meshwire.control.cli"]
+FRAMEGEN_C = Path(__file__).with_name("framegen.c")
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
 class Pair:
     a: str  # pod names
     b: str
+    a_ip: str
     b_ip: str  # the address a reaches b on
 
 
@@ -65,6 +77,7 @@ class Result:
     tcp_gbps: float
     frames_per_s: float
     rtt_ms: float
+    worker_us_per_frame: float | None  # None: no workers (the kernel's links)
 
 
 def topology(pairs: list[tuple[str, str, int]]) -> str:
@@ -134,14 +147,15 @@ class BenchLab:
         return ["ip", "netns", "exec", f"{self.prefix}default.{pod}", *argv]
 
 
-def iperf(lab: BenchLab, pair: Pair, seconds: float, udp: bool) -> dict[str, Any]:
+def iperf(lab: BenchLab, pair: Pair, seconds: float) -> dict[str, Any]:
     """The `end` section of iperf3's JSON report; the server is stopped by its PID."""
     server = subprocess.Popen(
-        lab.in_pod(pair.b, "iperf3", "-s", "-B", pair.b_ip), stdout=subprocess.DEVNULL
+        lab.in_pod(pair.b, "iperf3", "-s", "-B", pair.b_ip),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,  # "interrupt - the server has terminated" on every stop
     )
     try:
-        mode = ["-u", "-b", "0", "-l", "22"] if udp else []
-        command = lab.in_pod(pair.a, "iperf3", "-c", pair.b_ip, "-t", str(seconds), "-J", *mode)
+        command = lab.in_pod(pair.a, "iperf3", "-c", pair.b_ip, "-t", str(seconds), "-J")
         error = ""
         for _ in range(50):
             run = subprocess.run(
@@ -174,42 +188,103 @@ def rtt_ms(lab: BenchLab, pair: Pair) -> float:
     return float(match.group(1))
 
 
-def rx_packets(lab: BenchLab, pod: str) -> int:
+def eth1(lab: BenchLab, pod: str) -> dict[str, Any]:
+    """`ip -j -s link show eth1` in the pod."""
     out = subprocess.run(
         lab.in_pod(pod, "ip", "-j", "-s", "link", "show", "eth1"),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    packets: int = json.loads(out)[0]["stats64"]["rx"]["packets"]
+    link: dict[str, Any] = json.loads(out)[0]
+    return link
+
+
+def rx_packets(lab: BenchLab, pod: str) -> int:
+    packets: int = eth1(lab, pod)["stats64"]["rx"]["packets"]
     return packets
 
 
-def at_once(lab: BenchLab, pairs: list[Pair], seconds: float, udp: bool) -> list[dict[str, Any]]:
-    """iperf3 on every pair at the same time (threads: each mostly waits on its process)."""
-    from concurrent.futures import ThreadPoolExecutor
+def worker_pids(lab: BenchLab) -> list[int]:
+    """The dataplane workers of the lab's daemons: the daemons lead their process groups."""
+    state = LabDir.locate(lab.name, None).load()
+    groups = {p.pid for p in state.processes if p.role.startswith("daemon/")}
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            pgid = os.getpgid(int(entry))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if pgid in groups and b"meshwire.dataplane.worker" in cmdline:
+            pids.append(int(entry))
+    return pids
 
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system time of the processes (fields 14 and 15 of /proc/PID/stat)."""
+    ticks = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLOCK_TICK
+
+
+def tcp_at_once(lab: BenchLab, pairs: list[Pair], seconds: float) -> float:
+    """iperf3 TCP on every pair at the same time (threads: each waits on its process), bit/s."""
     with ThreadPoolExecutor(len(pairs)) as pool:
-        return list(pool.map(lambda p: iperf(lab, p, seconds, udp), pairs))
+        reports = list(pool.map(lambda p: iperf(lab, p, seconds), pairs))
+    bits: float = sum(r["sum_received"]["bits_per_second"] for r in reports)
+    return bits
 
 
-def frame_rate(lab: BenchLab, pairs: list[Pair], seconds: float) -> float:
-    """64-byte frames per second delivered into the receiving pods, all pairs together."""
-    before = [rx_packets(lab, pair.b) for pair in pairs]
-    udp = at_once(lab, pairs, seconds, True)
-    delivered = [rx_packets(lab, pair.b) - n for pair, n in zip(pairs, before, strict=True)]
-    return sum(n / r["sum"]["seconds"] for n, r in zip(delivered, udp, strict=True))
-
-
-def measure(name: str, lab: BenchLab, pairs: list[Pair], seconds: float, repeat: int) -> Result:
-    rtt = statistics.median(rtt_ms(lab, pairs[0]) for _ in range(repeat))
-    tcp = statistics.median(
-        sum(r["sum_received"]["bits_per_second"] for r in at_once(lab, pairs, seconds, False))
-        for _ in range(repeat)
+def framegen(lab: BenchLab, program: Path, pair: Pair, seconds: float) -> float:
+    """Runs the generator from a to b; the seconds it sent for."""
+    a_mac, b_mac = eth1(lab, pair.a)["address"], eth1(lab, pair.b)["address"]
+    argv = [str(program), "eth1", b_mac, a_mac, pair.a_ip, pair.b_ip, str(seconds)]
+    run = subprocess.run(
+        lab.in_pod(pair.a, *argv), capture_output=True, text=True, timeout=seconds + 30
     )
-    fps = statistics.median(frame_rate(lab, pairs, seconds) for _ in range(repeat))
-    result = Result(name, tcp / 1e9, fps, rtt)
-    print(f"  {name}: {result.tcp_gbps:.2f} Gbit/s, {fps:,.0f} frames/s, {rtt:.3f} ms", flush=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"framegen {pair.a} -> {pair.b}: {run.stderr}")
+    sent_for: float = json.loads(run.stdout)["seconds"]
+    return sent_for
+
+
+def frame_rate(
+    lab: BenchLab, program: Path, pairs: list[Pair], seconds: float
+) -> tuple[float, float | None]:
+    """64-byte frames/s delivered into the receiving pods, all pairs together, and the
+    workers' CPU microseconds per delivered frame (None without workers)."""
+    workers = worker_pids(lab)
+    before = [rx_packets(lab, pair.b) for pair in pairs]
+    cpu_before = cpu_seconds(workers)
+    with ThreadPoolExecutor(len(pairs)) as pool:
+        durations = list(pool.map(lambda p: framegen(lab, program, p, seconds), pairs))
+    cpu = cpu_seconds(workers) - cpu_before
+    delivered = [rx_packets(lab, pair.b) - n for pair, n in zip(pairs, before, strict=True)]
+    fps = sum(n / s for n, s in zip(delivered, durations, strict=True))
+    per_frame = cpu / sum(delivered) * 1e6 if workers and sum(delivered) else None
+    return fps, per_frame
+
+
+def measure(
+    name: str, lab: BenchLab, program: Path, pairs: list[Pair], seconds: float, repeat: int
+) -> Result:
+    rtt = statistics.median(rtt_ms(lab, pairs[0]) for _ in range(repeat))
+    tcp = statistics.median(tcp_at_once(lab, pairs, seconds) for _ in range(repeat))
+    runs = [frame_rate(lab, program, pairs, seconds) for _ in range(repeat)]
+    fps = statistics.median(f for f, _ in runs)
+    costs = [c for _, c in runs if c is not None]
+    cost = statistics.median(costs) if costs else None
+    result = Result(name, tcp / 1e9, fps, rtt, cost)
+    print(
+        f"  {name}: {result.tcp_gbps:.2f} Gbit/s, {fps:,.0f} frames/s, {rtt:.3f} ms"
+        + (f", workers {cost:.2f} us/frame" if cost is not None else ""),
+        flush=True,
+    )
     return result
 
 
@@ -221,21 +296,28 @@ def grpc_config(batch_frames: int | None, workers: int) -> str:
     return config
 
 
+def pair(a: str, b: str, uid: int) -> Pair:
+    """The pair of `topology`'s link `uid`: a is 10.77.uid.1, b is 10.77.uid.2."""
+    return Pair(a, b, f"10.77.{uid}.1", f"10.77.{uid}.2")
+
+
+def compile_framegen(work: Path) -> Path:
+    program = work / "framegen"
+    subprocess.run(["cc", "-O2", "-o", str(program), str(FRAMEGEN_C)], check=True)
+    return program
+
+
 def bench(seconds: float, repeat: int) -> list[Result]:
     results = []
     with tempfile.TemporaryDirectory(prefix="mwbench") as tmp:
         work = Path(tmp)
+        program = compile_framegen(work)
         kernel = [("v1", "v2", 1), ("x1", "x2", 2)]
         placement = {"v1": "node1", "v2": "node1", "x1": "node1", "x2": "node2"}
         with BenchLab(work, kernel, placement, "inter_node_link_type: vxlan\n") as lab:
-            results.append(
-                measure("(a) veth", lab, [Pair("v1", "v2", "10.77.1.2")], seconds, repeat)
-            )
-            results.append(
-                measure("(b) vxlan", lab, [Pair("x1", "x2", "10.77.2.2")], seconds, repeat)
-            )
+            for name, (a, b, uid) in zip(("(a) veth", "(b) vxlan"), kernel, strict=True):
+                results.append(measure(name, lab, program, [pair(a, b, uid)], seconds, repeat))
         wires = [("g1", "g2", 1), ("g3", "g4", 2)]
-        pairs = [Pair("g1", "g2", "10.77.1.2"), Pair("g3", "g4", "10.77.2.2")]
         for label, batch in (("(c) wire, batched", None), ("(d) wire, 1 frame/msg", 1)):
             for workers in (1, 2):
                 name = f"{label}, {workers} worker{'s' if workers > 1 else ''}"
@@ -243,8 +325,9 @@ def bench(seconds: float, repeat: int) -> list[Result]:
                 placement = {
                     pod: f"node{k + 1}" for a, b, _ in used for k, pod in enumerate((a, b))
                 }
+                pairs = [pair(*link) for link in used]
                 with BenchLab(work, used, placement, grpc_config(batch, workers)) as lab:
-                    results.append(measure(name, lab, pairs[:workers], seconds, repeat))
+                    results.append(measure(name, lab, program, pairs, seconds, repeat))
     return results
 
 
@@ -252,24 +335,27 @@ def table(results: list[Result]) -> str:
     by_name = {r.name: r for r in results}
     veth, vxlan = by_name["(a) veth"], by_name["(b) vxlan"]
     lines = [
-        f"{'configuration':28} {'TCP Gbit/s':>10} {'/vxlan':>7} {'/veth':>6} "
-        f"{'64B frames/s':>13} {'/(d)':>6} {'/veth':>6} {'RTT ms':>7}"
+        f"{'configuration':32} {'TCP Gbit/s':>10} {'/vxlan':>7} {'/veth':>6} "
+        f"{'64B frames/s':>13} {'/(d)':>6} {'/vxlan':>7} {'/veth':>6} "
+        f"{'worker us/frame':>16} {'RTT ms':>7}"
     ]
     for r in results:
         workers = r.name.rsplit(", ", 1)[-1] if "wire" in r.name else ""
         unbatched = by_name.get(f"(d) wire, 1 frame/msg, {workers}")
         vs_d = f"{r.frames_per_s / unbatched.frames_per_s:6.1f}" if unbatched else f"{'':6}"
+        cost = f"{r.worker_us_per_frame:16.2f}" if r.worker_us_per_frame is not None else " " * 16
         lines.append(
-            f"{r.name:28} {r.tcp_gbps:10.2f} {r.tcp_gbps / vxlan.tcp_gbps:7.2f} "
+            f"{r.name:32} {r.tcp_gbps:10.2f} {r.tcp_gbps / vxlan.tcp_gbps:7.2f} "
             f"{r.tcp_gbps / veth.tcp_gbps:6.2f} {r.frames_per_s:13,.0f} {vs_d} "
-            f"{r.frames_per_s / veth.frames_per_s:6.2f} {r.rtt_ms:7.3f}"
+            f"{r.frames_per_s / vxlan.frames_per_s:7.2f} {r.frames_per_s / veth.frames_per_s:6.2f} "
+            f"{cost} {r.rtt_ms:7.3f}"
         )
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=4.0, help="per iperf3 run")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per iperf3 and framegen run")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args(argv)
