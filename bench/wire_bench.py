@@ -23,8 +23,10 @@ at once and summed. Per configuration:
     the sending pod's eth1 as fast as the kernel takes it, 64 frames per
     sendmmsg through a packet socket; the rate is the frames the link
     delivered into the receiving pod (its eth1 RX counter) per second of the
-    run. iperf3's UDP sockets, used before, cost more per frame than the links
-    and capped every configuration near the same rate;
+    run, next to the rate offered (the frames the sending kernel took): a
+    link that delivers all it is offered is faster than the generator on a
+    core it shares. iperf3's UDP sockets, used before, cost more per frame
+    than the links and capped every configuration near the same rate;
   - for the wire, the CPU time its dataplane workers (both nodes) spent per
     delivered frame during that run: what batching saves, whatever the
     offered load;
@@ -76,6 +78,7 @@ class Result:
     name: str
     tcp_gbps: float
     frames_per_s: float
+    offered_per_s: float
     rtt_ms: float
     worker_us_per_frame: float | None  # None: no workers (the kernel's links)
 
@@ -240,8 +243,15 @@ def tcp_at_once(lab: BenchLab, pairs: list[Pair], seconds: float) -> float:
     return bits
 
 
-def framegen(lab: BenchLab, program: Path, pair: Pair, seconds: float) -> float:
-    """Runs the generator from a to b; the seconds it sent for."""
+@dataclass(frozen=True)
+class FrameRun:
+    delivered_per_s: float  # into the receiving pods, all pairs together
+    offered_per_s: float  # what the generators got the sending pods' kernels to take
+    worker_us_per_frame: float | None  # workers' CPU per delivered frame; None: no workers
+
+
+def framegen(lab: BenchLab, program: Path, pair: Pair, seconds: float) -> tuple[int, float]:
+    """Runs the generator from a to b: the frames it sent and the seconds it sent for."""
     a_mac, b_mac = eth1(lab, pair.a)["address"], eth1(lab, pair.b)["address"]
     argv = [str(program), "eth1", b_mac, a_mac, pair.a_ip, pair.b_ip, str(seconds)]
     run = subprocess.run(
@@ -249,25 +259,23 @@ def framegen(lab: BenchLab, program: Path, pair: Pair, seconds: float) -> float:
     )
     if run.returncode != 0:
         raise RuntimeError(f"framegen {pair.a} -> {pair.b}: {run.stderr}")
-    sent_for: float = json.loads(run.stdout)["seconds"]
-    return sent_for
+    report = json.loads(run.stdout)
+    return int(report["sent"]), float(report["seconds"])
 
 
-def frame_rate(
-    lab: BenchLab, program: Path, pairs: list[Pair], seconds: float
-) -> tuple[float, float | None]:
-    """64-byte frames/s delivered into the receiving pods, all pairs together, and the
-    workers' CPU microseconds per delivered frame (None without workers)."""
+def frame_rate(lab: BenchLab, program: Path, pairs: list[Pair], seconds: float) -> FrameRun:
     workers = worker_pids(lab)
     before = [rx_packets(lab, pair.b) for pair in pairs]
     cpu_before = cpu_seconds(workers)
     with ThreadPoolExecutor(len(pairs)) as pool:
-        durations = list(pool.map(lambda p: framegen(lab, program, p, seconds), pairs))
+        sent = list(pool.map(lambda p: framegen(lab, program, p, seconds), pairs))
     cpu = cpu_seconds(workers) - cpu_before
     delivered = [rx_packets(lab, pair.b) - n for pair, n in zip(pairs, before, strict=True)]
-    fps = sum(n / s for n, s in zip(delivered, durations, strict=True))
-    per_frame = cpu / sum(delivered) * 1e6 if workers and sum(delivered) else None
-    return fps, per_frame
+    return FrameRun(
+        delivered_per_s=sum(n / s for n, (_, s) in zip(delivered, sent, strict=True)),
+        offered_per_s=sum(n / s for n, s in sent),
+        worker_us_per_frame=cpu / sum(delivered) * 1e6 if workers and sum(delivered) else None,
+    )
 
 
 def measure(
@@ -276,12 +284,19 @@ def measure(
     rtt = statistics.median(rtt_ms(lab, pairs[0]) for _ in range(repeat))
     tcp = statistics.median(tcp_at_once(lab, pairs, seconds) for _ in range(repeat))
     runs = [frame_rate(lab, program, pairs, seconds) for _ in range(repeat)]
-    fps = statistics.median(f for f, _ in runs)
-    costs = [c for _, c in runs if c is not None]
-    cost = statistics.median(costs) if costs else None
-    result = Result(name, tcp / 1e9, fps, rtt, cost)
+    costs = [r.worker_us_per_frame for r in runs if r.worker_us_per_frame is not None]
+    result = Result(
+        name,
+        tcp_gbps=tcp / 1e9,
+        frames_per_s=statistics.median(r.delivered_per_s for r in runs),
+        offered_per_s=statistics.median(r.offered_per_s for r in runs),
+        rtt_ms=rtt,
+        worker_us_per_frame=statistics.median(costs) if costs else None,
+    )
+    cost = result.worker_us_per_frame
     print(
-        f"  {name}: {result.tcp_gbps:.2f} Gbit/s, {fps:,.0f} frames/s, {rtt:.3f} ms"
+        f"  {name}: {result.tcp_gbps:.2f} Gbit/s, {result.frames_per_s:,.0f} of "
+        f"{result.offered_per_s:,.0f} frames/s offered, {rtt:.3f} ms"
         + (f", workers {cost:.2f} us/frame" if cost is not None else ""),
         flush=True,
     )
