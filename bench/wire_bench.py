@@ -23,10 +23,11 @@ at once and summed. Per configuration:
     the sending pod's eth1 as fast as the kernel takes it, 64 frames per
     sendmmsg through a packet socket; the rate is the frames the link
     delivered into the receiving pod (its eth1 RX counter) per second of the
-    run, next to the rate offered (the frames the sending kernel took): a
-    link that delivers all it is offered is faster than the generator on a
-    core it shares. iperf3's UDP sockets, used before, cost more per frame
-    than the links and capped every configuration near the same rate;
+    run, next to the rate the sending pod's eth1 accepted (a TAP whose queue
+    the wire's worker does not drain refuses frames with ENOBUFS; a veth or
+    vxlan device takes every frame and drops what its peer cannot take).
+    iperf3's UDP sockets, used before, cost more per frame than the links and
+    capped every configuration near the same rate;
   - for the wire, the CPU time its dataplane workers (both nodes) spent per
     delivered frame during that run: what batching saves, whatever the
     offered load;
@@ -78,7 +79,7 @@ class Result:
     name: str
     tcp_gbps: float
     frames_per_s: float
-    offered_per_s: float
+    accepted_per_s: float
     rtt_ms: float
     worker_us_per_frame: float | None  # None: no workers (the kernel's links)
 
@@ -246,7 +247,7 @@ def tcp_at_once(lab: BenchLab, pairs: list[Pair], seconds: float) -> float:
 @dataclass(frozen=True)
 class FrameRun:
     delivered_per_s: float  # into the receiving pods, all pairs together
-    offered_per_s: float  # what the generators got the sending pods' kernels to take
+    accepted_per_s: float  # by the sending pods' eth1: frames not refused with ENOBUFS
     worker_us_per_frame: float | None  # workers' CPU per delivered frame; None: no workers
 
 
@@ -273,7 +274,7 @@ def frame_rate(lab: BenchLab, program: Path, pairs: list[Pair], seconds: float) 
     delivered = [rx_packets(lab, pair.b) - n for pair, n in zip(pairs, before, strict=True)]
     return FrameRun(
         delivered_per_s=sum(n / s for n, (_, s) in zip(delivered, sent, strict=True)),
-        offered_per_s=sum(n / s for n, s in sent),
+        accepted_per_s=sum(n / s for n, s in sent),
         worker_us_per_frame=cpu / sum(delivered) * 1e6 if workers and sum(delivered) else None,
     )
 
@@ -289,14 +290,14 @@ def measure(
         name,
         tcp_gbps=tcp / 1e9,
         frames_per_s=statistics.median(r.delivered_per_s for r in runs),
-        offered_per_s=statistics.median(r.offered_per_s for r in runs),
+        accepted_per_s=statistics.median(r.accepted_per_s for r in runs),
         rtt_ms=rtt,
         worker_us_per_frame=statistics.median(costs) if costs else None,
     )
     cost = result.worker_us_per_frame
     print(
         f"  {name}: {result.tcp_gbps:.2f} Gbit/s, {result.frames_per_s:,.0f} of "
-        f"{result.offered_per_s:,.0f} frames/s offered, {rtt:.3f} ms"
+        f"{result.accepted_per_s:,.0f} frames/s accepted, {rtt:.3f} ms"
         + (f", workers {cost:.2f} us/frame" if cost is not None else ""),
         flush=True,
     )
