@@ -29,7 +29,7 @@
 
 #define FRAME 64
 #define BURST 64
-#define UDP_PORT 9 /* discard: nothing listens, the receiving pod drops it */
+#define UDP_PORT 9 /* discard */
 
 static double now(void)
 {
