@@ -115,8 +115,8 @@ class DataplaneConfig(_Section):
         le=1024,
         description="Frames per gRPC message at most; 1 is KNE's one-frame-per-message "
         "design. A batch leaves as soon as no TAP is readable, so this only caps a burst: "
-        "64 and 256 both carried about 270k 64-byte frames/s at 4 us of worker CPU per "
-        "frame, 1 about 140k at 8-9 us (bench/wire_bench.py).",
+        "256 carried 460-480k 64-byte frames/s at 2.2 us of worker CPU per frame, 64 "
+        "400-480k at 2.2-2.5 us, 1 95-150k at 8-13 us (bench/wire_bench.py).",
     )
 
 
