@@ -18,20 +18,20 @@ With 2 workers the lab has two pod pairs whose wires sit on different workers
 at once and summed. Per configuration:
 
   - iperf3 TCP throughput (one stream per pair, `--seconds` long);
-  - 64-byte frame rate: `bench/framegen.c` (compiled by the bench with `cc`)
+  - 64-byte frame rate. `bench/framegen.c` (compiled by the bench with `cc`)
     sends one 64-byte IPv4/UDP frame (14 + 20 + 8 + 22 bytes, no FCS) out of
     the sending pod's eth1 as fast as the kernel takes it, 64 frames per
-    sendmmsg through a packet socket, to a MAC address no pod has, so the
-    receiving pod counts each frame on its eth1 and drops it at once (as an
-    RFC 2544 sink would), and what is measured is the link, not the receiving
-    pod's UDP and ICMP code (addressed to the pod, its port-unreachable path
-    took half the receiving worker's CPU); the rate is the frames the link
-    delivered into the receiving pod (its eth1 RX counter) per second of the
-    run, next to the rate the sending pod's eth1 accepted (a TAP whose queue
-    the wire's worker does not drain refuses frames with ENOBUFS; a veth or
-    vxlan device takes every frame and drops what its peer cannot take).
-    iperf3's UDP sockets, used before, cost more per frame than the links and
-    capped every configuration near the same rate;
+    sendmmsg through a packet socket. The frames go to a MAC address no pod
+    has: the receiving pod counts each on its eth1 and drops it at once, as an
+    RFC 2544 sink would, so the link is measured and not the pod's UDP and
+    ICMP code (addressed to the pod, its port-unreachable path took half the
+    receiving worker's CPU). The rate is the frames delivered into the
+    receiving pod (its eth1 RX counter) per second of the run; next to it, the
+    rate the sending eth1 accepted (a TAP whose queue the worker does not
+    drain refuses frames with ENOBUFS; veth and vxlan take every frame and
+    drop what their peer cannot take). iperf3's UDP sockets, used before, cost
+    more per frame than the links and capped every configuration near the
+    same rate;
   - for the wire, the CPU time its dataplane workers (both nodes) spent per
     delivered frame during that run: what batching saves, whatever the
     offered load;
