@@ -24,6 +24,12 @@ static inline nghttp2_nv mw_h2_header(const char *name, const char *value)
                         NGHTTP2_NV_FLAG_NONE};
 }
 
+/* Whether a header name or value (len bytes, not NUL-terminated) is `literal`. */
+static inline int mw_h2_is(const uint8_t *s, size_t len, const char *literal)
+{
+    return len == strlen(literal) && memcmp(s, literal, len) == 0;
+}
+
 typedef struct {
     int fd;
     uint8_t *pending;

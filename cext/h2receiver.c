@@ -54,11 +54,6 @@ struct mw_receiver {
     uint8_t *buf;
 };
 
-static int is(const uint8_t *s, size_t len, const char *literal)
-{
-    return len == strlen(literal) && memcmp(s, literal, len) == 0;
-}
-
 static int starts_with(const uint8_t *s, size_t len, const char *prefix)
 {
     size_t n = strlen(prefix);
@@ -170,15 +165,15 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     struct call *c = nghttp2_session_get_stream_user_data(session, frame->hd.stream_id);
     if (!c)
         return 0;
-    if (is(name, namelen, ":path"))
-        c->path_ok = is(value, valuelen, MW_WIRE_PATH);
-    else if (is(name, namelen, "content-type"))
-        c->grpc_type = is(value, valuelen, "application/grpc") ||
+    if (mw_h2_is(name, namelen, ":path"))
+        c->path_ok = mw_h2_is(value, valuelen, MW_WIRE_PATH);
+    else if (mw_h2_is(name, namelen, "content-type"))
+        c->grpc_type = mw_h2_is(value, valuelen, "application/grpc") ||
                        starts_with(value, valuelen, "application/grpc+") ||
                        starts_with(value, valuelen, "application/grpc;");
-    else if (is(name, namelen, "grpc-encoding"))
-        c->identity = is(value, valuelen, "identity");
-    else if (is(name, namelen, MW_NAMESPACE_HEADER)) {
+    else if (mw_h2_is(name, namelen, "grpc-encoding"))
+        c->identity = mw_h2_is(value, valuelen, "identity");
+    else if (mw_h2_is(name, namelen, MW_NAMESPACE_HEADER)) {
         c->ns_len = valuelen < NAMESPACE_MAX ? valuelen : NAMESPACE_MAX;
         memcpy(c->ns, value, c->ns_len);
     }

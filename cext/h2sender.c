@@ -113,9 +113,9 @@ static int on_header(nghttp2_session *session, const nghttp2_frame *frame, const
     mw_sender *s = user_data;
     if (frame->hd.stream_id != s->stream_id)
         return 0;
-    if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0)
+    if (mw_h2_is(name, namelen, "grpc-status"))
         copy_value(s->status, sizeof(s->status), value, valuelen);
-    else if (namelen == 12 && memcmp(name, "grpc-message", 12) == 0)
+    else if (mw_h2_is(name, namelen, "grpc-message"))
         copy_value(s->message, sizeof(s->message), value, valuelen);
     return 0;
 }
