@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import grpc
 import pytest
 from codec_helpers import grpc_message
+from dataplane_helpers import wait_until
 
 from meshwire.dataplane import codec
 from meshwire.dataplane.counters import Counters
@@ -72,14 +73,6 @@ async def received(far: socket.socket, count: int) -> list[bytes]:
     return await asyncio.to_thread(lambda: [far.recv(65536) for _ in range(count)])
 
 
-async def until(condition: Any, within: float = 10.0) -> None:
-    for _ in range(int(within / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not within {within}s: {condition}")
-
-
 async def test_a_grpcio_client_s_batches_reach_their_wire_and_the_call_ends_ok(
     served: Served, tap: tuple[socket.socket, socket.socket]
 ) -> None:
@@ -97,7 +90,7 @@ async def test_a_grpcio_client_s_batches_reach_their_wire_and_the_call_ends_ok(
 
     assert summary.batches == len(batches)
     assert await call.code() == grpc.StatusCode.OK
-    await until(lambda: listener.incoming == 0)
+    await wait_until(lambda: listener.incoming == 0)
 
 
 async def test_frames_of_another_namespace_are_counted_not_delivered(
@@ -200,7 +193,7 @@ async def test_a_sender_s_call_is_served_by_grpcio_and_ends_when_closed(
     sent = frames_of(9000, 600) + frames_of(60, 2000)  # 5.5 MB: beyond grpcio's first windows
 
     await asyncio.to_thread(lambda: [tap[1].send(f) for f in sent])
-    await until(lambda: len(collector.frames) == len(sent))
+    await wait_until(lambda: len(collector.frames) == len(sent))
     batches = sender.batches
     await sender.close()
 
@@ -277,7 +270,7 @@ async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_orde
             c = rx_table.counters(7)
             return c is not None and c.rx_frames + c.rx_drops == len(sent)
 
-        await until(arrived, within=30)
+        await wait_until(arrived, within=30)
         arrived()
     finally:
         await sender.close()
