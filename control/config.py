@@ -20,6 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from meshwire.dataplane import hostport
+
 ENV_PREFIX = "MESHWIRE_"
 ENV_NESTING = "__"
 
@@ -32,10 +34,8 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _host_port(value: str, key: str) -> str:
-    _, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{key} must be HOST:PORT, got {value!r}")
+def _host_port(value: str) -> str:
+    hostport.split(value)
     return value
 
 
@@ -85,7 +85,8 @@ class CniConfig(_Section):
 class PeerConfig(_Section):
     listen: str = Field(
         default="0.0.0.0:51111",
-        description="gRPC listen address of the peer service (wire handshakes); meshnet's port.",
+        description="gRPC listen address of the peer service (wire handshakes); meshnet's "
+        "port. HOST:PORT, an IPv6 host in brackets: [::]:51111.",
     )
     rpc_timeout: float = Field(
         default=5.0, gt=0, description="Per-RPC timeout (s) of peer handshakes (KNE #743)."
@@ -94,7 +95,7 @@ class PeerConfig(_Section):
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
-        return _host_port(value, "peer.listen")
+        return _host_port(value)
 
 
 class DataplaneConfig(_Section):
@@ -123,13 +124,14 @@ class DataplaneConfig(_Section):
 class MetricsConfig(_Section):
     listen: str = Field(
         default="0.0.0.0:51100",
-        description="Serves /metrics (Prometheus), /healthz and /readyz.",
+        description="Serves /metrics (Prometheus), /healthz and /readyz. HOST:PORT, an "
+        "IPv6 host in brackets.",
     )
 
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
-        return _host_port(value, "metrics.listen")
+        return _host_port(value)
 
 
 class ReconcileConfig(_Section):

@@ -24,7 +24,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from meshwire.dataplane import tcp
+from meshwire.dataplane import hostport, tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.streams import StreamKey
 from meshwire.dataplane.watch import Watch
@@ -42,11 +42,6 @@ CONNECT_TIMEOUT = 5.0
 # How long a closing stream waits for the peer to acknowledge its end before the
 # connection is dropped (the peer may be gone).
 CLOSE_GRACE = 1.0
-
-
-def target(node: str, port: int) -> str:
-    """host:port for a node address (IPv6 addresses are bracketed)."""
-    return f"[{node}]:{port}" if ":" in node else f"{node}:{port}"
 
 
 class Sender:
@@ -144,7 +139,9 @@ class Sender:
             await asyncio.wait_for(connecting, CONNECT_TIMEOUT)
         except TimeoutError:
             sock.close()
-            raise OSError(f"no answer from {target(*address)} within {CONNECT_TIMEOUT}s") from None
+            raise OSError(
+                f"no answer from {hostport.join(*address)} within {CONNECT_TIMEOUT}s"
+            ) from None
         except BaseException:
             sock.close()
             raise
@@ -157,7 +154,7 @@ class Sender:
             sock.fileno(),
             self._table.handle,
             self._reader.handle,
-            target(self.key.peer_node, self.key.peer_port).encode(),
+            hostport.join(self.key.peer_node, self.key.peer_port).encode(),
             self.key.namespace.encode(),
         )
         if call == ffi.NULL:

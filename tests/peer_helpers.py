@@ -12,7 +12,9 @@ wire's state after it.
 This node (THIS_NODE) runs pod r2, whose end of link lab/3 is the wire; the far
 end is pod r1 on PEER_NODE. The wire's TAP is one end of a pipe (setting carrier
 fails harmlessly on it). The service is also reachable on SLOW_PORT, through a
-proxy that makes each new connection wait SLOW_DELAY seconds.
+proxy that makes each new connection wait SLOW_DELAY seconds, and on the
+netns's IPv6 loopback on PEER6_PORT, configured as `peer.listen` writes it
+(`[::1]:PORT`).
 
 Run as a script, this file is that child: `peer_helpers.py CALLS_JSON OUT_JSON`.
 """
@@ -51,6 +53,8 @@ CLOSED_PORT = 50099
 # seconds before passing it on: a slow underlay or a busy peer node.
 SLOW_PORT = 50052
 SLOW_DELAY = 0.5
+# The Peer service once more, on the IPv6 loopback.
+PEER6_PORT = 50053
 # The data port of the worker owning the wire on this node.
 DATA_PORT = 7002
 # Per-RPC timeout of the client; the child gives up on a call 10 s after it.
@@ -74,10 +78,11 @@ Request = meshwire_pb2.CreateWiresRequest | meshwire_pb2.DeleteWiresRequest
 
 @dataclass(frozen=True)
 class Call:
-    """One RPC the child makes, to the Peer service or to `port`."""
+    """One RPC the child makes, to the Peer service or to `host` and `port`."""
 
     request: Request
     port: int = PEER_PORT
+    host: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ def _encode(call: Call) -> dict[str, Any]:
         "method": type(call.request).__name__,
         "request": base64.b64encode(call.request.SerializeToString()).decode(),
         "port": call.port,
+        "host": call.host,
     }
 
 
@@ -149,10 +155,10 @@ def _state(manager: WireManager) -> dict[str, Any]:
     return {"ready": manager.ready(WIRE.key), "worker": worker}
 
 
-async def _call(client: GrpcPeerClient, method: str, request: Any) -> Any:
+async def _call(client: GrpcPeerClient, host: str, method: str, request: Any) -> Any:
     if method == "CreateWiresRequest":
-        return await client.create_wires("127.0.0.1", request)
-    return await client.delete_wires("127.0.0.1", request)
+        return await client.create_wires(host, request)
+    return await client.delete_wires(host, request)
 
 
 async def _slowly_pass_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -177,11 +183,12 @@ async def _serve_and_call(calls: list[dict[str, Any]]) -> dict[str, Any]:
     manager = WireManager(THIS_NODE, True, FakeSlots(), WorkQueue())
     keep, given = os.pipe()
     clients: dict[int, GrpcPeerClient] = {}
-    server = None
+    servers = []
     slow = await asyncio.start_server(_slowly_pass_on, "127.0.0.1", SLOW_PORT)
     try:
         manager.attach(WIRE, TapRef((1, 2), 7), given)
-        server = await start_peer_server(f"127.0.0.1:{PEER_PORT}", manager)
+        for listen in (f"127.0.0.1:{PEER_PORT}", f"[::1]:{PEER6_PORT}"):
+            servers.append(await start_peer_server(listen, manager))
         out: dict[str, Any] = {"before": _state(manager), "calls": []}
         for call in calls:
             kind = getattr(meshwire_pb2, call["method"])
@@ -192,7 +199,7 @@ async def _serve_and_call(calls: list[dict[str, Any]]) -> dict[str, Any]:
             reply, error = None, None
             try:
                 answer = await asyncio.wait_for(
-                    _call(client, call["method"], request), RPC_TIMEOUT + 10
+                    _call(client, call["host"], call["method"], request), RPC_TIMEOUT + 10
                 )
                 reply = MessageToDict(answer, preserving_proto_field_name=True)
             except (PeerError, TimeoutError) as exc:
@@ -202,7 +209,7 @@ async def _serve_and_call(calls: list[dict[str, Any]]) -> dict[str, Any]:
     finally:
         for client in clients.values():
             await client.close()
-        if server is not None:
+        for server in servers:
             await server.stop(None)
         slow.close()
         manager.close()

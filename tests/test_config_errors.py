@@ -61,7 +61,7 @@ def test_a_nested_enum_is_named_with_its_section() -> None:
 
 
 @pytest.mark.parametrize("key", ["peer.listen", "metrics.listen"])
-@pytest.mark.parametrize("value", ["51100", "host:port", "host:70000", "0.0.0.0:"])
+@pytest.mark.parametrize("value", ["51100", "host:port", "host:70000", "0.0.0.0:", "::1:51100"])
 def test_a_listen_address_must_be_host_port(key: str, value: str) -> None:
     message = refused(overrides={key: value})
     assert f"{key}:" in message

@@ -15,6 +15,7 @@ from links_helpers import Namespaces, namespaces, needs_root, netns_name
 from peer_helpers import (
     CLOSED_PORT,
     DATA_PORT,
+    PEER6_PORT,
     PEER_NODE,
     SLOW_PORT,
     WIRE,
@@ -281,3 +282,20 @@ def test_a_peer_node_that_is_slow_to_answer_is_still_reached_within_the_timeout(
     assert outcome.reply is not None
     assert outcome.reply["wires"][0]["wire_id"] == WIRE.wire_id
     assert outcome.after.ready
+
+
+def test_a_peer_node_on_ipv6_is_served_and_reached(node: Node) -> None:
+    # `peer.listen: "[::1]:PORT"` binds, and a peer node whose address is IPv6 is dialled.
+    (outcome,) = node(Call(create().request, port=PEER6_PORT, host="::1")).calls
+
+    assert outcome.error is None
+    assert outcome.reply is not None
+    assert outcome.reply["wires"][0]["wire_id"] == WIRE.wire_id
+    assert outcome.after.ready
+
+
+def test_a_call_to_an_ipv6_node_where_nothing_listens_names_it_in_brackets(node: Node) -> None:
+    (outcome,) = node(Call(create().request, port=CLOSED_PORT, host="::1")).calls
+
+    assert outcome.error is not None
+    assert outcome.error.startswith(f"PeerError: CreateWires to [::1]:{CLOSED_PORT}: ")

@@ -14,13 +14,15 @@ import signal
 import sys
 
 from meshwire.control.api.server import DEFAULT_COMPACTION_INTERVAL, ApiServer
+from meshwire.dataplane import hostport
 
 
 def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"--listen: expected HOST:PORT, got {value!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
+    try:
+        host, port = hostport.split(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--listen: {exc}") from None
+    return host or "127.0.0.1", port
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ from meshwire.control.api import discovery, errors
 from meshwire.control.api.handlers import TopologyHandlers
 from meshwire.control.api.store import Store
 from meshwire.control.api.watch import Broadcaster
+from meshwire.dataplane import hostport
 
 # Compact history older than this many seconds (kube-apiserver compacts every 5 min).
 DEFAULT_COMPACTION_INTERVAL = 300.0
@@ -64,8 +65,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{hostport.join(self.host, self.port)}"
 
     @property
     def open_watches(self) -> int:

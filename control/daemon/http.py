@@ -12,6 +12,8 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from meshwire.dataplane import hostport
+
 
 class HealthServer:
     def __init__(
@@ -21,9 +23,8 @@ class HealthServer:
         not_ready: Callable[[], str],
     ) -> None:
         """`not_ready()` returns "" when ready, else what is still missing."""
-        host, _, port = listen.rpartition(":")
-        self.host = host.strip("[]") or "0.0.0.0"
-        self.port = int(port)
+        host, self.port = hostport.split(listen)
+        self.host = host or "0.0.0.0"
         self._registry = registry
         self._not_ready = not_ready
         self._runner: web.AppRunner | None = None

@@ -39,6 +39,7 @@ from meshwire.control.lab.progress import Progress
 from meshwire.control.lab.runtime import Runtime
 from meshwire.control.lab.state import LabDir, LabState, NodeRecord, ProcessRecord
 from meshwire.control.lab.status import api_statuses
+from meshwire.dataplane import hostport
 
 API_START_TIMEOUT = 30.0
 DAEMON_READY_TIMEOUT = 60.0
@@ -241,10 +242,10 @@ def wait_ready(state: LabState, node: str) -> None:
     record = state.nodes[node]
     daemon = state.process(f"daemon/{node}")
     assert daemon is not None
-    host, _, port = record.metrics.rpartition(":")
+    host, port = hostport.split(record.metrics)
 
     def ready() -> bool:
-        answer = http_get(host, int(port), "/readyz", netns=record.netns)
+        answer = http_get(host, port, "/readyz", netns=record.netns)
         return answer is not None and answer[0] == 200
 
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from meshwire.control.wire.types import PeerError
-from meshwire.dataplane.sender import target
+from meshwire.dataplane import hostport
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 
 # Reconnect quickly after a peer restarts (gRPC's default starts at 1 s). Not
@@ -52,14 +52,13 @@ class GrpcPeerClient:
             await channel.close()
 
     async def _call(self, node_ip: str, method: str, request: Any) -> Any:
+        address = hostport.join(node_ip, self._port)
         channel = self._channels.get(node_ip)
         if channel is None:
-            channel = grpc.aio.insecure_channel(target(node_ip, self._port), CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(address, CHANNEL_OPTIONS)
             self._channels[node_ip] = channel
         stub = meshwire_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
         try:
             return await getattr(stub, method)(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
-            raise PeerError(
-                f"{method} to {target(node_ip, self._port)}: {exc.code().name}: {exc.details()}"
-            ) from None
+            raise PeerError(f"{method} to {address}: {exc.code().name}: {exc.details()}") from None

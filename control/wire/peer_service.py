@@ -16,6 +16,7 @@ import grpc
 
 from meshwire.control.reconcile.ids import UID_LIMIT
 from meshwire.control.wire.manager import WireManager
+from meshwire.dataplane import hostport
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 
 # Kubernetes names (namespaces, pods) are at most 253 bytes.
@@ -93,10 +94,8 @@ async def start_peer_server(listen: str, manager: WireManager) -> Any:
     """A started grpc.aio server for the Peer service on `listen` (HOST:PORT)."""
     server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     meshwire_pb2_grpc.add_PeerServicer_to_server(PeerService(manager), server)  # type: ignore[no-untyped-call]
-    host, _, port = listen.rpartition(":")
-    address = f"[{host}]:{port}" if ":" in host else listen
     try:
-        bound = server.add_insecure_port(address)
+        bound = server.add_insecure_port(hostport.join(*hostport.split(listen)))
     except RuntimeError as exc:
         raise OSError(f"peer.listen {listen}: cannot bind: {exc}") from None
     if bound == 0:

@@ -28,6 +28,7 @@ from meshwire.control.wire.manager import Desired, ThreadEnds, WireManager
 from meshwire.control.wire.peer_client import GrpcPeerClient
 from meshwire.control.wire.peer_service import start_peer_server
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
+from meshwire.dataplane import hostport
 
 # The Peer service stops within this grace (in-flight handshakes finish).
 SERVER_GRACE = 0.5
@@ -54,7 +55,7 @@ class WireStack:
             desired=self._desired,
         )
         self.manager = WireManager(config.node_ip, config.dataplane.offloads, self.pool, nodes)
-        peer_port = int(config.peer.listen.rpartition(":")[2])
+        peer_port = hostport.split(config.peer.listen)[1]
         self.client = GrpcPeerClient(peer_port, config.peer.rpc_timeout)
         self.handshaker = Handshaker(self.manager, self.client, config.node_name)
         self.ends = ThreadEnds(self.manager)
