@@ -285,3 +285,29 @@ async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_orde
     indexes = [int.from_bytes(f[:4], "big") for f in got]
     assert indexes == sorted(indexes)  # in order; the stream itself lost nothing
     assert tx_table.counters(1) == Counters(tx_frames=len(sent), tx_bytes=9000 * len(sent))
+
+
+async def test_a_sender_reaches_a_receiver_on_a_node_with_an_ipv6_address() -> None:
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2)]
+    (tx_near, tx_far), (rx_near, rx_far) = pairs
+    for near, _ in pairs:
+        near.setblocking(False)
+    rx_table, tx_table = WireTable(), WireTable()
+    rx_table.set(7, rx_near.fileno(), rx_table.tag("lab"), peer_id=1)
+    tx_table.set(1, tx_near.fileno(), tx_table.tag("lab"), peer_id=7)
+    listener = Listener(rx_table)
+    key = StreamKey("lab", "::1", listener.start("::1", 0))
+    sender = Sender(key, tx_table, lambda _: tx_near.fileno(), 256, 1 << 20)
+    sender.set_wires(frozenset({1}))
+    sent = frames_of(60, 100)
+    try:
+        await asyncio.to_thread(lambda: [tx_far.send(f) for f in sent])
+        got = await received(rx_far, len(sent))
+    finally:
+        await sender.close()
+        listener.close()
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+    assert got == sent
