@@ -32,6 +32,12 @@ at once and summed. Per configuration:
     drop what their peer cannot take). iperf3's UDP sockets, used before, cost
     more per frame than the links and capped every configuration near the
     same rate;
+    The frames run after the TCP run on the same lab. For (d) that matters:
+    after a bulk run BBR paces the stream's connection and the kernel packs
+    about 2.4 one-frame messages into a TCP segment, which halves (d)'s CPU
+    per frame (on a fresh connection each message is a segment: 82-89k
+    frames/s against 157-174k after). (c) is the same either way, so the
+    order gives (d) its better figure;
   - for the wire, the CPU time its dataplane workers (both nodes) spent per
     delivered frame during that run: what batching saves, whatever the
     offered load;
