@@ -86,7 +86,8 @@ class PeerConfig(_Section):
     listen: str = Field(
         default="0.0.0.0:51111",
         description="gRPC listen address of the peer service (wire handshakes); meshnet's "
-        "port. HOST:PORT, an IPv6 host in brackets: [::]:51111.",
+        "port. HOST:PORT, an IPv6 host in brackets; 0.0.0.0, [::] or no HOST: every address, "
+        "IPv4 and IPv6.",
     )
     rpc_timeout: float = Field(
         default=5.0, gt=0, description="Per-RPC timeout (s) of peer handshakes (KNE #743)."
@@ -125,7 +126,7 @@ class MetricsConfig(_Section):
     listen: str = Field(
         default="0.0.0.0:51100",
         description="Serves /metrics (Prometheus), /healthz and /readyz. HOST:PORT, an "
-        "IPv6 host in brackets.",
+        "IPv6 host in brackets; no HOST (:51100): every address, IPv4 and IPv6.",
     )
 
     @field_validator("listen")

@@ -14,7 +14,7 @@ end is pod r1 on PEER_NODE. The wire's TAP is one end of a pipe (setting carrier
 fails harmlessly on it). The service is also reachable on SLOW_PORT, through a
 proxy that makes each new connection wait SLOW_DELAY seconds, and on the
 netns's IPv6 loopback on PEER6_PORT, configured as `peer.listen` writes it
-(`[::1]:PORT`).
+(`[::1]:PORT`), and on every address on ANY_PORT (`:PORT`).
 
 Run as a script, this file is that child: `peer_helpers.py CALLS_JSON OUT_JSON`.
 """
@@ -55,6 +55,8 @@ SLOW_PORT = 50052
 SLOW_DELAY = 0.5
 # The Peer service once more, on the IPv6 loopback.
 PEER6_PORT = 50053
+# And on every address, IPv4 and IPv6.
+ANY_PORT = 50054
 # The data port of the worker owning the wire on this node.
 DATA_PORT = 7002
 # Per-RPC timeout of the client; the child gives up on a call 10 s after it.
@@ -187,7 +189,7 @@ async def _serve_and_call(calls: list[dict[str, Any]]) -> dict[str, Any]:
     slow = await asyncio.start_server(_slowly_pass_on, "127.0.0.1", SLOW_PORT)
     try:
         manager.attach(WIRE, TapRef((1, 2), 7), given)
-        for listen in (f"127.0.0.1:{PEER_PORT}", f"[::1]:{PEER6_PORT}"):
+        for listen in (f"127.0.0.1:{PEER_PORT}", f"[::1]:{PEER6_PORT}", f":{ANY_PORT}"):
             servers.append(await start_peer_server(listen, manager))
         out: dict[str, Any] = {"before": _state(manager), "calls": []}
         for call in calls:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from links_helpers import Namespaces, namespaces, needs_root, netns_name
 from peer_helpers import (
+    ANY_PORT,
     CLOSED_PORT,
     DATA_PORT,
     PEER6_PORT,
@@ -299,3 +300,12 @@ def test_a_call_to_an_ipv6_node_where_nothing_listens_names_it_in_brackets(node:
 
     assert outcome.error is not None
     assert outcome.error.startswith(f"PeerError: CreateWires to [::1]:{CLOSED_PORT}: ")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_a_listen_address_without_host_serves_both_families(node: Node, host: str) -> None:
+    (outcome,) = node(Call(create().request, port=ANY_PORT, host=host)).calls
+
+    assert outcome.error is None
+    assert outcome.reply is not None
+    assert outcome.after.ready

@@ -24,7 +24,8 @@ class HealthServer:
     ) -> None:
         """`not_ready()` returns "" when ready, else what is still missing."""
         host, self.port = hostport.split(listen)
-        self.host = host or "0.0.0.0"
+        # aiohttp binds every address of both families for None (":51100").
+        self.host: str | None = host or None
         self._registry = registry
         self._not_ready = not_ready
         self._runner: web.AppRunner | None = None

@@ -91,11 +91,15 @@ class PeerService(meshwire_pb2_grpc.PeerServicer):
 
 
 async def start_peer_server(listen: str, manager: WireManager) -> Any:
-    """A started grpc.aio server for the Peer service on `listen` (HOST:PORT)."""
+    """A started grpc.aio server for the Peer service on `listen` (HOST:PORT).
+
+    An empty HOST is every address, as gRPC's "[::]" is: IPv6 and IPv4 both.
+    """
     server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     meshwire_pb2_grpc.add_PeerServicer_to_server(PeerService(manager), server)  # type: ignore[no-untyped-call]
     try:
-        bound = server.add_insecure_port(hostport.join(*hostport.split(listen)))
+        host, port = hostport.split(listen)
+        bound = server.add_insecure_port(hostport.join(host or "::", port))
     except RuntimeError as exc:
         raise OSError(f"peer.listen {listen}: cannot bind: {exc}") from None
     if bound == 0:

@@ -1,0 +1,61 @@
+"""The daemon's HTTP endpoint binds the address `metrics.listen` names, either family."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry
+
+from meshwire.control.daemon.http import HealthServer
+
+
+def free_port() -> int:
+    """A port free on both loopbacks now (the kernel's pick for a dual-stack socket)."""
+    with socket.socket(socket.AF_INET6) as sock:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(("::", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def served(request: pytest.FixtureRequest) -> AsyncIterator[int]:
+    """A HealthServer on `request.param` with `{port}` filled in; its port."""
+    port = free_port()
+    server = HealthServer(request.param.format(port=port), CollectorRegistry(), lambda: "")
+    await server.start()
+    yield port
+    await server.stop()
+
+
+async def status(url: str) -> int | None:
+    """The answer's status, or None if nothing answered."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+            session.get(url) as answer,
+        ):
+            return answer.status
+    except aiohttp.ClientConnectionError:
+        return None
+
+
+@pytest.mark.parametrize("served", [":{port}"], indirect=True)
+async def test_no_host_serves_ipv4_and_ipv6(served: int) -> None:
+    assert await status(f"http://127.0.0.1:{served}/healthz") == 200
+    assert await status(f"http://[::1]:{served}/healthz") == 200
+
+
+@pytest.mark.parametrize("served", ["[::1]:{port}"], indirect=True)
+async def test_an_ipv6_host_in_brackets_serves_that_address_only(served: int) -> None:
+    assert await status(f"http://[::1]:{served}/readyz") == 200
+    assert await status(f"http://127.0.0.1:{served}/readyz") is None
+
+
+@pytest.mark.parametrize("served", ["127.0.0.1:{port}"], indirect=True)
+async def test_an_ipv4_host_serves_that_address_only(served: int) -> None:
+    assert await status(f"http://127.0.0.1:{served}/healthz") == 200
+    assert await status(f"http://[::1]:{served}/healthz") is None
