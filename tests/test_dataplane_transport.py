@@ -240,7 +240,19 @@ class StallingProxy:
         await asyncio.gather(copy(reader, up_writer, True), copy(up_reader, writer, False))
 
 
-async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_order() -> None:
+class Ends(NamedTuple):
+    """Wire 1 of the sending worker, whose far end is wire 7 of the receiving one."""
+
+    tx_table: WireTable
+    tx_near: socket.socket  # the sending worker's TAP
+    tx_far: socket.socket  # where the test puts frames in
+    rx_table: WireTable
+    rx_near: socket.socket  # the receiving worker's TAP
+    rx_far: socket.socket  # where the test takes frames out
+
+
+@pytest.fixture
+def ends() -> Iterator[Ends]:
     pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2)]
     (tx_near, tx_far), (rx_near, rx_far) = pairs
     for near, _ in pairs:
@@ -248,11 +260,26 @@ async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_orde
     rx_table, tx_table = WireTable(), WireTable()
     rx_table.set(7, rx_near.fileno(), rx_table.tag("lab"), peer_id=1)
     tx_table.set(1, tx_near.fileno(), tx_table.tag("lab"), peer_id=7)
+    yield Ends(tx_table, tx_near, tx_far, rx_table, rx_near, rx_far)
+    for a, b in pairs:
+        a.close()
+        b.close()
+
+
+def sender_of(ends: Ends, key: StreamKey) -> Sender:
+    """A sender of stream `key` carrying wire 1."""
+    sender = Sender(key, ends.tx_table, lambda _: ends.tx_near.fileno(), 256, 1 << 20)
+    sender.set_wires(frozenset({1}))
+    return sender
+
+
+async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_order(
+    ends: Ends,
+) -> None:
+    tx_table, _, tx_far, rx_table, _, rx_far = ends
     listener = Listener(rx_table)
     proxy = StallingProxy(listener.start(LOOPBACK, 0))
-    key = StreamKey("lab", LOOPBACK, await proxy.start())
-    sender = Sender(key, tx_table, lambda _: tx_near.fileno(), 256, 1 << 20)
-    sender.set_wires(frozenset({1}))
+    sender = sender_of(ends, StreamKey("lab", LOOPBACK, await proxy.start()))
     sent = frames_of(9000, 1500)  # 13.5 MB: far beyond what the sockets between buffer
     got: list[bytes] = []
     try:
@@ -276,9 +303,6 @@ async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_orde
         await sender.close()
         await proxy.close()
         listener.close()
-        for a, b in pairs:
-            a.close()
-            b.close()
 
     assert got, "nothing was delivered"
     assert all(f in sent for f in got)  # whole frames, none torn
@@ -287,27 +311,15 @@ async def test_a_stalled_receiver_makes_the_sender_keep_its_unsent_bytes_in_orde
     assert tx_table.counters(1) == Counters(tx_frames=len(sent), tx_bytes=9000 * len(sent))
 
 
-async def test_a_sender_reaches_a_receiver_on_a_node_with_an_ipv6_address() -> None:
-    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2)]
-    (tx_near, tx_far), (rx_near, rx_far) = pairs
-    for near, _ in pairs:
-        near.setblocking(False)
-    rx_table, tx_table = WireTable(), WireTable()
-    rx_table.set(7, rx_near.fileno(), rx_table.tag("lab"), peer_id=1)
-    tx_table.set(1, tx_near.fileno(), tx_table.tag("lab"), peer_id=7)
-    listener = Listener(rx_table)
-    key = StreamKey("lab", "::1", listener.start("::1", 0))
-    sender = Sender(key, tx_table, lambda _: tx_near.fileno(), 256, 1 << 20)
-    sender.set_wires(frozenset({1}))
+async def test_a_sender_reaches_a_receiver_on_a_node_with_an_ipv6_address(ends: Ends) -> None:
+    listener = Listener(ends.rx_table)
+    sender = sender_of(ends, StreamKey("lab", "::1", listener.start("::1", 0)))
     sent = frames_of(60, 100)
     try:
-        await asyncio.to_thread(lambda: [tx_far.send(f) for f in sent])
-        got = await received(rx_far, len(sent))
+        await asyncio.to_thread(lambda: [ends.tx_far.send(f) for f in sent])
+        got = await received(ends.rx_far, len(sent))
     finally:
         await sender.close()
         listener.close()
-        for a, b in pairs:
-            a.close()
-            b.close()
 
     assert got == sent
