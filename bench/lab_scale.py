@@ -1,13 +1,15 @@
 """Lab scale benchmark: a generated 1,000-pod lab through `meshwire lab`, timed phase by phase.
 
     .venv/bin/python bench/lab_scale.py [--pods 1000] [--chords 1000] [--nodes 4]
-        [--seed 1] [--keep FILE] [--json FILE]
+        [--seed 1] [--config FILE] [--keep FILE] [--json FILE]
 
 The lab: pods p0001..pN in a ring (p_i -- p_i+1) plus `--chords` links between
 random pairs of distinct pods that are not linked yet, each link with a /30
 from 10.200.0.0/16 (a end .1, b end .2), every link in both pods' Topology
 objects as meshnet expects. Placement is `lab up`'s round robin, so on 4
-nodes nearly every link is a vxlan and a quarter of the chords veths.
+nodes nearly every link is a vxlan and a quarter of the chords veths;
+`--config examples/grpc.yaml` (the daemons' config) makes the cross-node
+links gRPC wires instead.
 
 It runs the real commands as a user would (`meshwire lab up`, `check`,
 `down`, lab name `scale`) and times them from outside:
@@ -94,10 +96,12 @@ def meshwire(*args: str) -> list[str]:
     return [sys.executable, "-m", "meshwire.control.cli", "lab", *args, "--name", NAME]
 
 
-def run_up(file: Path, nodes: int) -> list[tuple[float, str]]:
+def run_up(file: Path, nodes: int, config: Path | None) -> list[tuple[float, str]]:
     """Run `lab up`, returning (seconds since start, line) for each line it prints."""
     start = time.monotonic()
     argv = meshwire("up", str(file), "--nodes", str(nodes), "--wait", "900")
+    if config is not None:
+        argv += ["--config", str(config)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     lines = [(time.monotonic() - start, line.rstrip()) for line in proc.stdout]
@@ -170,6 +174,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--chords", type=int, default=1000, help="random links besides the ring")
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--config", type=Path, help="the daemons' config (lab up --config)")
     parser.add_argument("--keep", type=Path, help="also write the generated lab file here")
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     args = parser.parse_args(argv)
@@ -183,7 +188,7 @@ def main(argv: list[str]) -> int:
         file = Path(tmp) / "scale.yml"
         file.write_text(text)
         try:
-            report["up"] = phases(run_up(file, args.nodes))
+            report["up"] = phases(run_up(file, args.nodes, args.config))
             report["nodes"] = node_metrics()
             report["check_seconds"], report["check"] = timed(meshwire("check"))
         finally:
