@@ -209,6 +209,17 @@ class LinkReconciler:
             wanted |= {(end.netns, end.intf) for end in row.ends()}
         return wanted
 
+    def recheck(self, netns: str, intf: str) -> bool:
+        """Queue the rows that want this end for a check against the kernel; any?"""
+        keys = [
+            row.key
+            for row in self.links.values()
+            if any(end.netns == netns and end.intf == intf for end in row.ends())
+        ]
+        for key in keys:
+            self.queue.add(key)
+        return bool(keys)
+
     # -- shutdown -------------------------------------------------------------
 
     def close(self) -> None:

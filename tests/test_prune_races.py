@@ -1,0 +1,98 @@
+"""A prune pass never takes away what a row wants, even when the row appears mid-pass.
+
+Pruning lists each pod netns and removes marked interfaces no row wants, both
+in threads, while the daemon's loop goes on deriving rows and reconciling
+them. Found by bench/churn.py: a pod ADDed on a node while its just-restarted
+daemon pruned lost an interface its row had just been reconciled with, and
+the link stayed down until the full pass a minute later.
+
+Here the driver is paused inside the pass (`FakeDriver` from
+reconciler_helpers.py) while the pod's peer is placed, which derives the row
+and reconciles it: the interface that was left over from before is adopted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from reconciler_helpers import Scenario
+
+WAIT = 10.0
+
+
+class Pause:
+    """Holds a driver call in its thread until the test has done its part."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def around(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def paused(*args: Any) -> Any:
+            if not self.reached.is_set():
+                self.reached.set()
+                assert self.go.wait(WAIT), "the test never let the call go on"
+            return call(*args)
+
+        return paused
+
+    async def wait_reached(self) -> None:
+        assert await asyncio.to_thread(self.reached.wait, WAIT), "the call was never made"
+
+
+async def left_over_link(scenario: Scenario) -> None:
+    """r1 placed, its link to r2 not wanted yet (r2 is not placed), and r1's end of it
+    left in r1's netns by the daemon's previous run."""
+    scenario.cmd_pod("r1", "r2")
+    scenario.cmd_link("1", "r1:eth1", "r2:eth1")
+    scenario.cmd_place("r1", "/ns/r1")
+    scenario.cmd_iface("/ns/r1", "eth1", "default/1")
+    scenario.cmd_synced()
+    await scenario.cmd_settle()
+    assert scenario.daemon.reconciler.ends_wanted() == set()
+
+
+async def place_peer_while_paused(scenario: Scenario, pause: Pause) -> None:
+    pruning = asyncio.create_task(scenario.cmd_prune())
+    await pause.wait_reached()
+    scenario.cmd_place("r2", "/ns/r2")
+    await scenario.cmd_settle()
+    assert ("/ns/r1", "eth1") in scenario.daemon.reconciler.ends_wanted()
+    pause.go.set()
+    await pruning
+    await scenario.cmd_settle()
+
+
+async def test_a_row_derived_while_its_netns_is_listed_keeps_its_interface() -> None:
+    scenario = Scenario("listed")
+    await left_over_link(scenario)
+    pause = Pause()
+    scenario.driver.owned = pause.around(scenario.driver.owned)  # type: ignore[method-assign]
+    try:
+        await place_peer_while_paused(scenario, pause)
+
+        assert "remove(/ns/r1 eth1)" not in scenario.driver.log
+        assert ("/ns/r1", "eth1") in scenario.driver.kernel
+    finally:
+        pause.go.set()
+        await scenario.daemon.stop()
+
+
+async def test_a_row_derived_while_its_interface_is_removed_gets_it_back() -> None:
+    scenario = Scenario("removed")
+    await left_over_link(scenario)
+    pause = Pause()
+    scenario.driver.remove = pause.around(scenario.driver.remove)  # type: ignore[method-assign]
+    try:
+        await place_peer_while_paused(scenario, pause)
+
+        # The removal went ahead (it had been decided), and the row was reconciled again.
+        assert "remove(/ns/r1 eth1)" in scenario.driver.log
+        assert ("/ns/r1", "eth1") in scenario.driver.kernel
+        assert ("/ns/r2", "eth1") in scenario.driver.kernel
+    finally:
+        pause.go.set()
+        await scenario.daemon.stop()
