@@ -1,0 +1,276 @@
+"""Churn: a lab kept busy with pod restarts, pod moves and daemon kills, then proven whole.
+
+    .venv/bin/python bench/churn.py [--pods 60] [--chords 60] [--nodes 3] [--ops 300]
+        [--parallel 4] [--settle 300] [--config FILE] [--seed 1] [--name NAME] [--keep]
+        [--json FILE]
+
+meshnet-cni breaks under churn; this is the churn. The lab is lab_scale's
+ring-plus-chords on `--nodes` simulated nodes (`--config examples/grpc.yaml`
+for gRPC wires between nodes). Then `--ops` operations run, `--parallel` at a
+time, each on a random pod or node, without waiting for the lab to settle:
+
+  - restart a pod (60%): CNI DEL, a new netns, CNI ADD with a new container id;
+  - move a pod to another node (30%): DEL on its node, ADD on the other, so
+    its links change kind (veth <-> vxlan or wire);
+  - kill a node's daemon with SIGKILL and start it again (10%).
+
+These are the lab's own operations (`meshwire lab restart-pod`, `move-pod`,
+`kill-daemon`), run in this process on one state. A pod is never operated on
+twice at once. A CNI call that fails (its node's daemon is down) is retried
+the way a kubelet retries a sandbox: after 0.5 s, doubling to 4 s, as a
+restart of the pod.
+
+After the last operation, `lab check` (every link proven by ARP both ways)
+runs until every link passes or `--settle` seconds have gone: the time it
+took is how long the lab needed to converge. The daemons' full pass (every
+`reconcile.full_interval`, 60 s) repairs what events missed; raise it in
+`--config` and only the events can converge the lab, so a missed one shows.
+Then each daemon's /metrics must
+show every link end done, and for the wire: as many ready wires on the node
+as the final placement gives it, every one in a worker, and no stream whose
+refcount differs from its wires. Exit status 0 only if all of that holds.
+The lab is named `ch<hex>` or `--name` (netns `mwl<name>-…`); `lab down` runs
+at the end even when a step fails, unless `--keep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lab_scale import generate
+
+from meshwire.control.lab import ops
+from meshwire.control.lab.check import check_all
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.links import LabLink, lab_links, topologies_of
+from meshwire.control.lab.names import LabNames
+from meshwire.control.lab.probe import http_get
+from meshwire.control.lab.runtime import MeshwireRuntime
+from meshwire.control.lab.state import LabDir, LabState
+from meshwire.dataplane import hostport
+
+MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
+WEIGHTS = {"restart": 6, "move": 3, "kill": 1}
+RETRY_FIRST, RETRY_MAX, RETRIES = 0.5, 4.0, 30
+# One saver at a time: the operations of different pods share the state file. A
+# daemon's restart holds it throughout, as it changes the list of processes.
+SAVING = threading.RLock()
+
+
+class SerialLab(LabDir):
+    """The lab directory, its state saved by one thread at a time."""
+
+    __slots__ = ()
+
+    def save(self, state: LabState) -> None:
+        with SAVING:
+            super().save(state)
+
+
+def lab(name: str, *words: str) -> str:
+    done = subprocess.run(
+        [*MESHWIRE, *words, "--name", name], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"meshwire lab {words[0]}: {done.stderr or done.stdout}")
+    return done.stdout
+
+
+class Churn:
+    """Runs operations on one lab state, a pod or a node never in two at once."""
+
+    def __init__(self, directory: LabDir, state: LabState) -> None:
+        self.lab = directory
+        self.state = state
+        self.runtime = MeshwireRuntime(with_daemons=True)
+        self.busy: dict[str, threading.Lock] = {
+            key: threading.Lock() for key in [*state.pods, *state.nodes]
+        }
+        self.retries = 0
+        self.failed: list[str] = []
+        self.seconds: dict[str, list[float]] = {kind: [] for kind in WEIGHTS}
+        self._counting = threading.Lock()
+
+    def run(self, kind: str, target: str, node: str) -> None:
+        name = target.split("/", 1)[-1]
+        actions: dict[str, Callable[[], str]] = {
+            "restart": lambda: ops.restart_pod(self.lab, self.state, self.runtime, name),
+            "move": lambda: ops.move_pod(self.lab, self.state, self.runtime, name, node),
+            "kill": lambda: self._kill(target),
+        }
+        with self.busy[target]:
+            start = time.monotonic()
+            self._until_done(actions[kind], name if kind != "kill" else None)
+            with self._counting:
+                self.seconds[kind].append(time.monotonic() - start)
+
+    def _kill(self, node: str) -> str:
+        with SAVING:
+            return ops.kill_daemon(self.lab, self.state, self.runtime, node)
+
+    def _until_done(self, action: Callable[[], str], pod: str | None) -> None:
+        delay, error = RETRY_FIRST, ""
+        for _ in range(RETRIES):
+            try:
+                action()
+                return
+            except LabError as exc:
+                error = str(exc)
+            if pod is None:
+                break
+            with self._counting:
+                self.retries += 1
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)
+            # As a kubelet does: the failed sandbox goes, a new one is made.
+            action = lambda: ops.restart_pod(self.lab, self.state, self.runtime, pod)  # noqa: E731
+        with self._counting:
+            self.failed.append(f"{pod or 'daemon'}: {error}")
+
+
+def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str, str, str]]:
+    """(kind, pod key or node, node to move to) for each operation."""
+    pods, nodes = sorted(state.pods), sorted(state.nodes)
+    kinds = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()), k=count)
+    out = []
+    for kind in kinds:
+        if kind == "kill":
+            out.append((kind, rng.choice(nodes), ""))
+        else:
+            out.append((kind, rng.choice(pods), rng.choice(nodes)))
+    return out
+
+
+def current_links(state: LabState) -> list[LabLink]:
+    placement = {key: pod.node for key, pod in state.pods.items()}
+    return lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+
+
+def settle(names: LabNames, state: LabState, within: float) -> tuple[float, list[str], list[str]]:
+    """Seconds until every link passes check (or `within`), the check lines of the links
+    failing at first, and of those failing at the end."""
+    links = current_links(state)
+    start = time.monotonic()
+    first: list[str] | None = None
+    while True:
+        failing = [r.line() for r in check_all(names, links) if not r.ok]
+        first = failing if first is None else first
+        if not failing or time.monotonic() - start > within:
+            return time.monotonic() - start, first, failing
+        time.sleep(1.0)
+
+
+def metrics(state: LabState) -> dict[str, dict[str, float]]:
+    """Each node's daemon /metrics: sample name with labels -> value."""
+    out = {}
+    for node in state.nodes.values():
+        host, port = hostport.split(node.metrics)
+        answer = http_get(host, port, "/metrics", netns=node.netns, timeout=10)
+        samples = {}
+        for line in (answer[1] if answer else "").splitlines():
+            if line.startswith("meshwire_") and " " in line:
+                name, value = line.rsplit(" ", 1)
+                samples[name] = float(value)
+        out[node.name] = samples
+    return out
+
+
+def problems(state: LabState, seen: dict[str, dict[str, float]]) -> list[str]:
+    """What the daemons report that a settled lab must not have."""
+    wanted: Counter[str] = Counter()
+    for link in current_links(state):
+        if link.kind == "grpc":
+            wanted.update(state.pods[end].node for end in (link.a.pod, link.b.pod))
+    found = []
+    for node, samples in seen.items():
+        for name, value in samples.items():
+            if name.startswith("meshwire_links{") and 'state="done"' not in name and value:
+                found.append(f"{node}: {name} = {value:.0f}")
+        if state.inter_node_link_type != "grpc":
+            continue
+        expected = {
+            'meshwire_wires{state="ready"}': wanted[node],
+            "meshwire_wires_in_workers": wanted[node],
+            "meshwire_wire_stream_ref_mismatches": 0,
+        }
+        for name, value in expected.items():
+            if samples.get(name, 0.0) != value:
+                found.append(f"{node}: {name} = {samples.get(name)}, expected {value}")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=60)
+    parser.add_argument("--chords", type=int, default=60, help="random links besides the ring")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--ops", type=int, default=300)
+    parser.add_argument("--parallel", type=int, default=4, help="operations at a time")
+    parser.add_argument("--settle", type=float, default=300.0, help="seconds to converge, at most")
+    parser.add_argument("--config", type=Path, help="the daemons' config (lab up --config)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--name", help="the lab's name (default: ch and 4 hex digits)")
+    parser.add_argument("--keep", action="store_true", help="leave the lab up (lab down --name)")
+    args = parser.parse_args(argv)
+
+    name = args.name or f"ch{secrets.token_hex(2)}"
+    rng = random.Random(args.seed)
+    report: dict[str, Any] = {"pods": args.pods, "links": args.pods + args.chords}
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "churn.yml"
+        topologies = generate(args.pods, args.chords, args.seed)
+        file.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": topologies}))
+        up = ["up", str(file), "--nodes", str(args.nodes), "--wait", "600"]
+        if args.config is not None:
+            up += ["--config", str(args.config)]
+        try:
+            lab(name, *up)
+            directory = SerialLab(LabDir.locate(name, None).path)
+            churn = Churn(directory, directory.load())
+            plan = schedule(churn.state, args.ops, rng)
+            start = time.monotonic()
+            with ThreadPoolExecutor(args.parallel) as pool:
+                list(pool.map(lambda op: churn.run(*op), plan))
+            report["ops"] = dict(Counter(kind for kind, _, _ in plan))
+            report["ops_seconds"] = time.monotonic() - start
+            report["op_median_seconds"] = {
+                kind: statistics.median(s) for kind, s in churn.seconds.items() if s
+            }
+            report["cni_retries"] = churn.retries
+            report["failed_ops"] = churn.failed
+            names = LabNames(name)
+            settled = settle(names, churn.state, args.settle)
+            report["settle_seconds"], report["failing_at_first"], report["failing_links"] = settled
+            report["problems"] = problems(churn.state, metrics(churn.state))
+        finally:
+            if args.keep:
+                print(f"lab {name} left up", file=sys.stderr)
+            else:
+                subprocess.run(
+                    [*MESHWIRE, "down", "--name", name], capture_output=True, check=False
+                )
+    print(json.dumps(report, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    whole = not (report["failed_ops"] or report["failing_links"] or report["problems"])
+    return 0 if whole else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
