@@ -14,8 +14,9 @@ and reconciles it: the interface that was left over from before is adopted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from reconciler_helpers import Scenario
@@ -55,44 +56,38 @@ async def left_over_link(scenario: Scenario) -> None:
     assert scenario.daemon.reconciler.ends_wanted() == set()
 
 
-async def place_peer_while_paused(scenario: Scenario, pause: Pause) -> None:
-    pruning = asyncio.create_task(scenario.cmd_prune())
-    await pause.wait_reached()
-    scenario.cmd_place("r2", "/ns/r2")
-    await scenario.cmd_settle()
-    assert ("/ns/r1", "eth1") in scenario.daemon.reconciler.ends_wanted()
-    pause.go.set()
-    await pruning
-    await scenario.cmd_settle()
-
-
-async def test_a_row_derived_while_its_netns_is_listed_keeps_its_interface() -> None:
-    scenario = Scenario("listed")
+@contextlib.asynccontextmanager
+async def peer_placed_while_paused_in(method: str) -> AsyncIterator[Scenario]:
+    """A prune pass over `left_over_link`, paused in the driver's `method` while r2 is
+    placed (its row derived and reconciled), then let finish."""
+    scenario = Scenario(method)
     await left_over_link(scenario)
     pause = Pause()
-    scenario.driver.owned = pause.around(scenario.driver.owned)  # type: ignore[method-assign]
+    setattr(scenario.driver, method, pause.around(getattr(scenario.driver, method)))
     try:
-        await place_peer_while_paused(scenario, pause)
-
-        assert "remove(/ns/r1 eth1)" not in scenario.driver.log
-        assert ("/ns/r1", "eth1") in scenario.driver.kernel
+        pruning = asyncio.create_task(scenario.cmd_prune())
+        await pause.wait_reached()
+        scenario.cmd_place("r2", "/ns/r2")
+        await scenario.cmd_settle()
+        assert ("/ns/r1", "eth1") in scenario.daemon.reconciler.ends_wanted()
+        pause.go.set()
+        await pruning
+        await scenario.cmd_settle()
+        yield scenario
     finally:
         pause.go.set()
         await scenario.daemon.stop()
 
 
-async def test_a_row_derived_while_its_interface_is_removed_gets_it_back() -> None:
-    scenario = Scenario("removed")
-    await left_over_link(scenario)
-    pause = Pause()
-    scenario.driver.remove = pause.around(scenario.driver.remove)  # type: ignore[method-assign]
-    try:
-        await place_peer_while_paused(scenario, pause)
+async def test_a_row_derived_while_its_netns_is_listed_keeps_its_interface() -> None:
+    async with peer_placed_while_paused_in("owned") as scenario:
+        assert "remove(/ns/r1 eth1)" not in scenario.driver.log
+        assert ("/ns/r1", "eth1") in scenario.driver.kernel
 
+
+async def test_a_row_derived_while_its_interface_is_removed_gets_it_back() -> None:
+    async with peer_placed_while_paused_in("remove") as scenario:
         # The removal went ahead (it had been decided), and the row was reconciled again.
         assert "remove(/ns/r1 eth1)" in scenario.driver.log
         assert ("/ns/r1", "eth1") in scenario.driver.kernel
         assert ("/ns/r2", "eth1") in scenario.driver.kernel
-    finally:
-        pause.go.set()
-        await scenario.daemon.stop()
