@@ -9,13 +9,16 @@ ring-plus-chords on `--nodes` simulated nodes (`--config examples/grpc.yaml`
 for gRPC wires between nodes). Then `--ops` operations run, `--parallel` at a
 time, each on a random pod or node, without waiting for the lab to settle:
 
-  - restart a pod (60%): CNI DEL, a new netns, CNI ADD with a new container id;
-  - move a pod to another node (30%): DEL on its node, ADD on the other, so
-    its links change kind (veth <-> vxlan or wire);
-  - kill a node's daemon with SIGKILL and start it again (10%).
+  - restart a pod (5 in 11): CNI DEL, a new netns, CNI ADD with a new
+    container id;
+  - move a pod to another node (3 in 11): DEL on its node, ADD on the other,
+    so its links change kind (veth <-> vxlan or wire);
+  - edit the topology (2 in 11): a random link leaves both pods' Topology
+    objects, or comes back if it had left (`meshwire apply` of the two);
+  - kill a node's daemon with SIGKILL and start it again (1 in 11).
 
-These are the lab's own operations (`meshwire lab restart-pod`, `move-pod`,
-`kill-daemon`), run in this process on one state. A pod is never operated on
+The pod and daemon operations are the lab's own (`meshwire lab restart-pod`,
+`move-pod`, `kill-daemon`), run in this process on one state. A pod is never operated on
 twice at once. A CNI call that fails (its node's daemon is down) is retried
 the way a kubelet retries a sandbox: after 0.5 s, doubling to 4 s, as a
 restart of the pod.
@@ -28,7 +31,9 @@ took is how long the lab needed to converge. The daemons' full pass (every
 Then each daemon's /metrics must
 show every link end done, and for the wire: as many ready wires on the node
 as the final placement gives it, every one in a worker, and no stream whose
-refcount differs from its wires. Exit status 0 only if all of that holds.
+refcount differs from its wires; and no interface may be left of a link
+that was edited out. Exit status 0 only if all of that holds; if not, the daemons' logs are
+copied out of the lab first and the report says where.
 The lab is named `ch<hex>` or `--name` (netns `mwl<name>-…`); `lab down` runs
 at the end even when a step fails, unless `--keep`.
 """
@@ -39,6 +44,7 @@ import argparse
 import json
 import random
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,6 +63,7 @@ from lab_scale import generate
 from meshwire.control.lab import ops
 from meshwire.control.lab.check import check_all
 from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.kernel import netns_ends
 from meshwire.control.lab.links import LabLink, lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.probe import http_get
@@ -65,7 +72,8 @@ from meshwire.control.lab.state import LabDir, LabState
 from meshwire.dataplane import hostport
 
 MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
-WEIGHTS = {"restart": 6, "move": 3, "kill": 1}
+APPLY = [sys.executable, "-m", "meshwire.control.cli", "apply"]
+WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1}
 RETRY_FIRST, RETRY_MAX, RETRIES = 0.5, 4.0, 30
 # One saver at a time: the operations of different pods share the state file. A
 # daemon's restart holds it throughout, as it changes the list of processes.
@@ -105,6 +113,12 @@ class Churn:
         self.failed: list[str] = []
         self.seconds: dict[str, list[float]] = {kind: [] for kind in WEIGHTS}
         self._counting = threading.Lock()
+        # Each link's entries in its pods' Topology objects, as first applied.
+        self.original: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+        for obj in state.topologies:
+            for link in obj["spec"]["links"]:
+                self.original.setdefault(link["uid"], []).append((obj, link))
+        self._editing = threading.Lock()
 
     def run(self, kind: str, target: str, node: str) -> None:
         name = target.split("/", 1)[-1]
@@ -112,16 +126,38 @@ class Churn:
             "restart": lambda: ops.restart_pod(self.lab, self.state, self.runtime, name),
             "move": lambda: ops.move_pod(self.lab, self.state, self.runtime, name, node),
             "kill": lambda: self._kill(target),
+            "edit": lambda: self._edit(int(target)),
         }
-        with self.busy[target]:
+        with self.busy.get(target, threading.Lock()):
             start = time.monotonic()
-            self._until_done(actions[kind], name if kind != "kill" else None)
+            self._until_done(actions[kind], name if kind in ("restart", "move") else None)
             with self._counting:
                 self.seconds[kind].append(time.monotonic() - start)
 
     def _kill(self, node: str) -> str:
         with SAVING:
             return ops.kill_daemon(self.lab, self.state, self.runtime, node)
+
+    def _edit(self, uid: int) -> str:
+        """Take link `uid` out of both its pods' Topology objects, or put it back."""
+        with self._editing:
+            for obj, link in self.original[uid]:
+                links = obj["spec"]["links"]
+                kept = [x for x in links if x["uid"] != uid]
+                links[:] = (
+                    kept
+                    if len(kept) < len(links)
+                    else sorted([*kept, link], key=lambda x: int(x["uid"]))
+                )
+            objects = [obj for obj, _ in self.original[uid]]
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+                yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}, file)
+                file.flush()
+                argv = [*APPLY, "-f", file.name, "--server", self.state.host_url]
+                done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise LabError(f"apply of link {uid}: {done.stderr.strip()}")
+            return f"link {uid} edited"
 
     def _until_done(self, action: Callable[[], str], pod: str | None) -> None:
         delay, error = RETRY_FIRST, ""
@@ -144,13 +180,16 @@ class Churn:
 
 
 def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str, str, str]]:
-    """(kind, pod key or node, node to move to) for each operation."""
+    """(kind, target: a pod key, a node or a link uid, node to move to) per operation."""
+    links = len({link["uid"] for obj in state.topologies for link in obj["spec"]["links"]})
     pods, nodes = sorted(state.pods), sorted(state.nodes)
     kinds = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()), k=count)
     out = []
     for kind in kinds:
         if kind == "kill":
             out.append((kind, rng.choice(nodes), ""))
+        elif kind == "edit":
+            out.append((kind, str(rng.randint(1, links)), ""))
         else:
             out.append((kind, rng.choice(pods), rng.choice(nodes)))
     return out
@@ -190,6 +229,21 @@ def metrics(state: LabState) -> dict[str, dict[str, float]]:
     return out
 
 
+def leftovers(names: LabNames, churn: Churn) -> list[str]:
+    """Interfaces of links edited out of the topology that are still in their pods."""
+    present = {link.uid for link in current_links(churn.state)}
+    found = []
+    for uid, entries in sorted(churn.original.items()):
+        if uid in present:
+            continue
+        for obj, link in entries:
+            pod = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+            netns = names.pod_netns(obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if link["local_intf"] in netns_ends(netns):
+                found.append(f"link {uid} was removed but {pod}:{link['local_intf']} is left")
+    return found
+
+
 def problems(state: LabState, seen: dict[str, dict[str, float]]) -> list[str]:
     """What the daemons report that a settled lab must not have."""
     wanted: Counter[str] = Counter()
@@ -212,6 +266,12 @@ def problems(state: LabState, seen: dict[str, dict[str, float]]) -> list[str]:
             if samples.get(name, 0.0) != value:
                 found.append(f"{node}: {name} = {samples.get(name)}, expected {value}")
     return found
+
+
+def whole(report: dict[str, Any]) -> bool:
+    """Every operation done, every link passing, nothing wrong: the lab came back whole."""
+    keys = ("failed_ops", "failing_links", "problems")
+    return all(key in report and not report[key] for key in keys)
 
 
 def main(argv: list[str]) -> int:
@@ -257,8 +317,14 @@ def main(argv: list[str]) -> int:
             names = LabNames(name)
             settled = settle(names, churn.state, args.settle)
             report["settle_seconds"], report["failing_at_first"], report["failing_links"] = settled
+            report["links_removed_at_end"] = len(churn.original) - len(current_links(churn.state))
             report["problems"] = problems(churn.state, metrics(churn.state))
+            report["problems"] += leftovers(names, churn)
         finally:
+            if not whole(report):
+                kept = Path(tempfile.mkdtemp(prefix=f"meshwire-churn-{name}-"))
+                shutil.copytree(LabDir.locate(name, None).path / "logs", kept / "logs")
+                report["logs"] = str(kept / "logs")
             if args.keep:
                 print(f"lab {name} left up", file=sys.stderr)
             else:
@@ -268,8 +334,7 @@ def main(argv: list[str]) -> int:
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    whole = not (report["failed_ops"] or report["failing_links"] or report["problems"])
-    return 0 if whole else 1
+    return 0 if whole(report) else 1
 
 
 if __name__ == "__main__":
