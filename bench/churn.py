@@ -321,9 +321,10 @@ def main(argv: list[str]) -> int:
             report["problems"] = problems(churn.state, metrics(churn.state))
             report["problems"] += leftovers(names, churn)
         finally:
-            if not whole(report):
+            logs = LabDir.locate(name, None).path / "logs"
+            if not whole(report) and logs.is_dir():
                 kept = Path(tempfile.mkdtemp(prefix=f"meshwire-churn-{name}-"))
-                shutil.copytree(LabDir.locate(name, None).path / "logs", kept / "logs")
+                shutil.copytree(logs, kept / "logs")
                 report["logs"] = str(kept / "logs")
             if args.keep:
                 print(f"lab {name} left up", file=sys.stderr)
