@@ -35,8 +35,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from meshwire.control.links.driver import OwnedInterface
 from meshwire.control.links.errors import LinkError, SpecError
@@ -59,6 +61,8 @@ NAMESPACE = "default"
 # Consecutive quiet checks before `settle` believes the reconciler is idle.
 QUIET_CHECKS = 5
 SETTLE_LIMIT = 5.0
+# How long a `Pause` waits for its call, or for the test to let it go on.
+PAUSE_LIMIT = 10.0
 
 
 @dataclass
@@ -153,6 +157,26 @@ class FakeDriver:
                 self.log.append(f"{op}({row.key}) fail")
                 error = SpecError if failure.spec else LinkError
                 raise error(f"{row.namespace}/{row.uid}", row.local.netns, "", "injected")
+
+
+class Pause:
+    """Holds a driver call in its thread until the test has done its part."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def around(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def paused(*args: Any) -> Any:
+            if not self.reached.is_set():
+                self.reached.set()
+                assert self.go.wait(PAUSE_LIMIT), "the test never let the call go on"
+            return call(*args)
+
+        return paused
+
+    async def wait_reached(self) -> None:
+        assert await asyncio.to_thread(self.reached.wait, PAUSE_LIMIT), "the call was never made"
 
 
 class Daemon:

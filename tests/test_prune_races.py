@@ -15,33 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
-from reconciler_helpers import Scenario
-
-WAIT = 10.0
-
-
-class Pause:
-    """Holds a driver call in its thread until the test has done its part."""
-
-    def __init__(self) -> None:
-        self.reached = threading.Event()
-        self.go = threading.Event()
-
-    def around(self, call: Callable[..., Any]) -> Callable[..., Any]:
-        def paused(*args: Any) -> Any:
-            if not self.reached.is_set():
-                self.reached.set()
-                assert self.go.wait(WAIT), "the test never let the call go on"
-            return call(*args)
-
-        return paused
-
-    async def wait_reached(self) -> None:
-        assert await asyncio.to_thread(self.reached.wait, WAIT), "the call was never made"
+from reconciler_helpers import Pause, Scenario
 
 
 async def left_over_link(scenario: Scenario) -> None:

@@ -2,13 +2,13 @@
 
 Runs bench/churn.py, small: pods restarted and moved between 3 nodes, links
 taken out of the topology and put back, daemons killed, several at a time,
-with no pause for the lab to settle. The
-daemons' full pass is set an hour away, so only the daemons' handling of
-events (CNI ADD and DEL, topology changes, restarts, pruning) can bring the
-lab back: afterwards every link must pass `lab check` (ARP both ways), every
-link end must be done, nothing be left of a link taken out, and for the wire every ready wire be held by a worker
-with stream refcounts that match. The pass/fail bound on converging is a hang
-guard far above what it takes, not a timing check.
+with no pause for the lab to settle. The daemons' full pass is set an hour
+away, so only the daemons' handling of events (CNI ADD and DEL, topology
+changes, restarts, pruning) can bring the lab back: afterwards every link
+must pass `lab check` (ARP both ways), every link end must be done, nothing
+be left of a link taken out, and for the wire every ready wire be held by a
+worker with stream refcounts that match. The pass/fail bound on converging is
+a hang guard far above what it takes, not a timing check.
 """
 
 from __future__ import annotations

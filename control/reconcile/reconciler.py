@@ -104,6 +104,8 @@ class LinkReconciler:
                 self._deleted.pop(change.key, None)
                 self._set_status(change.obj, LinkStatus())
             self.queue.add(change.key)
+        # A row of the initial set that left the table is no longer waited for.
+        self._check_initial()
 
     def verify_all(self) -> None:
         """Queue every row for a check against the kernel (the full pass)."""
