@@ -20,6 +20,8 @@ from scenario_helpers import (
     wait_until,
 )
 
+from meshwire.control.lab import pods
+
 pytestmark = pytest.mark.root
 
 
@@ -72,6 +74,22 @@ def test_a_peer_pod_restarting_in_a_new_netns_gets_its_links_back(
         # The r1-r2 link was not touched; r1's end towards r3 is a new veth.
         assert r1_after["eth1"].ifindex == r1_before["eth1"].ifindex
         assert r1_after["eth2"].ifindex != r1_before["eth2"].ifindex
+
+
+def test_a_pod_restarted_without_a_del_in_a_netns_at_the_same_path_gets_its_links_back(
+    tmp_path: Path,
+) -> None:
+    # The sandbox went without a CNI DEL (a node crash, a DEL the daemon never
+    # saw) and the new one has its netns at the same path: the pod's links
+    # derive exactly as before, so only checking them against the kernel on the
+    # ADD finds them gone.
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        state = lab.state()
+        record = state.pod("r3")
+        pods.recreate_netns(lab.dir, state, record)
+        assert lab.interfaces("r3") == {}
+        lab.cni_add("r3")
+        assert_every_link_wired(lab)
 
 
 def test_the_pod_that_did_not_create_its_veths_restarts_and_they_are_repaired(

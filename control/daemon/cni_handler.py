@@ -1,9 +1,10 @@
 """What the daemon does for each CNI command (the `CniHandler` of `cni/endpoint.py`).
 
 ADD records the pod on this node (`src_ip`, `net_ns`, `container_id` in its
-Topology status, written to the table at once and to the API coalesced), then
-waits, bounded by `cni.add_timeout`, until every link of the pod whose peer is
-running is realised. Links to peers that are not running yet do not hold the
+Topology status, written to the table at once and to the API coalesced),
+has the pod's links checked against the kernel again, then waits, bounded by
+`cni.add_timeout`, until every link of the pod whose peer is running is
+realised. Links to peers that are not running yet do not hold the
 ADD: they are built when the peer comes up.
 
 DEL clears the pod's placement so its links are torn down here and on its
@@ -60,6 +61,9 @@ class DaemonCniHandler:
         if topology is None:
             return
         self._place(topology, request.netns, request.container_id)
+        # A new sandbox: its links are checked against the kernel even when they
+        # derive as before (a netns at the same path, a DEL that never came).
+        self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))
         await self._wait_links(topology.key)
 
     async def delete(self, request: CniRequest) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from meshwire.control.links.driver import LinkDriver
@@ -106,6 +106,14 @@ class LinkReconciler:
             self.queue.add(change.key)
         # A row of the initial set that left the table is no longer waited for.
         self._check_initial()
+
+    def verify(self, keys: Iterable[str]) -> None:
+        """Check these rows against the kernel again; pending until that is done."""
+        for key in sorted(keys):
+            row = self.links.get(key)
+            if row is not None:
+                self._set_status(row, LinkStatus())
+                self.queue.add(key)
 
     def verify_all(self) -> None:
         """Queue every row for a check against the kernel (the full pass)."""
