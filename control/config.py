@@ -77,8 +77,9 @@ class CniConfig(_Section):
     add_timeout: float = Field(
         default=30.0,
         gt=0,
-        description="How long (s) a CNI ADD waits for the pod's local interfaces "
-        "before it fails with 'try again later'; KNE's meshnet waits similarly.",
+        description="How long (s) a CNI ADD waits for the pod's local interfaces, and an "
+        "ADD or DEL for the daemon's first sync, before it fails with 'try again later'; "
+        "KNE's meshnet waits similarly.",
     )
 
 

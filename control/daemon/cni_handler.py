@@ -10,6 +10,9 @@ ADD: they are built when the peer comes up.
 DEL clears the pod's placement so its links are torn down here and on its
 peers' nodes; a DEL for a container id the pod no longer has (a late DEL of a
 previous sandbox) is ignored. A pod in no topology passes through untouched.
+Both wait for the daemon's first sync (a DEL answered from an empty table
+would be lost), and ask to be retried if it does not come within
+`cni.add_timeout`.
 """
 
 from __future__ import annotations
@@ -67,9 +70,7 @@ class DaemonCniHandler:
         await self._wait_links(topology.key)
 
     async def delete(self, request: CniRequest) -> None:
-        if request.pod is None:
-            return
-        topology = self.topologies.get(request.pod.key)
+        topology = await self._topology(request)
         if topology is None:
             return
         current = topology.status.container_id
