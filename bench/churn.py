@@ -141,14 +141,15 @@ class Churn:
     def _edit(self, uid: int) -> str:
         """Take link `uid` out of both its pods' Topology objects, or put it back."""
         with self._editing:
-            for obj, link in self.original[uid]:
-                links = obj["spec"]["links"]
-                kept = [x for x in links if x["uid"] != uid]
-                links[:] = (
-                    kept
-                    if len(kept) < len(links)
-                    else sorted([*kept, link], key=lambda x: int(x["uid"]))
-                )
+            with SAVING:  # the objects are the state's, which a save may be writing
+                for obj, link in self.original[uid]:
+                    links = obj["spec"]["links"]
+                    kept = [x for x in links if x["uid"] != uid]
+                    links[:] = (
+                        kept
+                        if len(kept) < len(links)
+                        else sorted([*kept, link], key=lambda x: int(x["uid"]))
+                    )
             objects = [obj for obj, _ in self.original[uid]]
             with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
                 yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}, file)
