@@ -15,7 +15,9 @@ time, each on a random pod or node, without waiting for the lab to settle:
     so its links change kind (veth <-> vxlan or wire);
   - edit the topology (2 in 11): a random link leaves both pods' Topology
     objects, or comes back if it had left (`meshwire apply` of the two);
-  - kill a node's daemon with SIGKILL and start it again (1 in 11).
+  - kill a node's daemon with SIGKILL and start it again (1 in 11);
+  - in a lab with gRPC wires, also kill one of a node's dataplane workers
+    with SIGKILL (1 in 12): its daemon starts another and hands it its TAPs.
 
 The pod and daemon operations are the lab's own (`meshwire lab restart-pod`,
 `move-pod`, `kill-daemon`), run in this process on one state. A pod is never operated on
@@ -41,10 +43,13 @@ at the end even when a step fails, unless `--keep`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import secrets
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -60,7 +65,7 @@ from typing import Any
 import yaml
 from lab_scale import generate
 
-from meshwire.control.lab import ops
+from meshwire.control.lab import ops, processes
 from meshwire.control.lab.check import check_all
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.kernel import netns_ends
@@ -73,7 +78,7 @@ from meshwire.dataplane import hostport
 
 MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
 APPLY = [sys.executable, "-m", "meshwire.control.cli", "apply"]
-WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1}
+WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1, "worker": 1}
 RETRY_FIRST, RETRY_MAX, RETRIES = 0.5, 4.0, 30
 # One saver at a time: the operations of different pods share the state file. A
 # daemon's restart holds it throughout, as it changes the list of processes.
@@ -110,6 +115,7 @@ class Churn:
             key: threading.Lock() for key in [*state.pods, *state.nodes]
         }
         self.retries = 0
+        self.workers_killed = 0
         self.failed: list[str] = []
         self.seconds: dict[str, list[float]] = {kind: [] for kind in WEIGHTS}
         self._counting = threading.Lock()
@@ -127,12 +133,27 @@ class Churn:
             "move": lambda: ops.move_pod(self.lab, self.state, self.runtime, name, node),
             "kill": lambda: self._kill(target),
             "edit": lambda: self._edit(int(target)),
+            "worker": lambda: self._kill_worker(target),
         }
         with self.busy.get(target, threading.Lock()):
             start = time.monotonic()
             self._until_done(actions[kind], name if kind in ("restart", "move") else None)
             with self._counting:
                 self.seconds[kind].append(time.monotonic() - start)
+
+    def _kill_worker(self, node: str) -> str:
+        """SIGKILL one dataplane worker of the node's daemon (its process group)."""
+        daemon = self.state.process(f"daemon/{node}")
+        if daemon is None or not processes.is_running(daemon):
+            return f"node {node}: no daemon"
+        for pid in sorted(workers_of(daemon.pid)):
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(pid) == daemon.pid:  # still the one listed
+                    os.kill(pid, signal.SIGKILL)
+                    with self._counting:
+                        self.workers_killed += 1
+                    return f"node {node}: worker {pid} killed"
+        return f"node {node}: no worker"
 
     def _kill(self, node: str) -> str:
         with SAVING:
@@ -180,20 +201,41 @@ class Churn:
             self.failed.append(f"{pod or 'daemon'}: {error}")
 
 
+def workers_of(group: int) -> list[int]:
+    """The dataplane workers in process group `group` (a daemon's), by /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            pgid = os.getpgid(int(entry))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if pgid == group and b"meshwire.dataplane.worker" in cmdline:
+            found.append(int(entry))
+    return found
+
+
 def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str, str, str]]:
     """(kind, target: a pod key, a node or a link uid, node to move to) per operation."""
     links = len({link["uid"] for obj in state.topologies for link in obj["spec"]["links"]})
     pods, nodes = sorted(state.pods), sorted(state.nodes)
-    kinds = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()), k=count)
+    weights = {k: w for k, w in WEIGHTS.items() if k != "worker" or wires(state)}
+    kinds = rng.choices(list(weights), weights=list(weights.values()), k=count)
     out = []
     for kind in kinds:
-        if kind == "kill":
+        if kind in ("kill", "worker"):
             out.append((kind, rng.choice(nodes), ""))
         elif kind == "edit":
             out.append((kind, str(rng.randint(1, links)), ""))
         else:
             out.append((kind, rng.choice(pods), rng.choice(nodes)))
     return out
+
+
+def wires(state: LabState) -> bool:
+    return state.inter_node_link_type == "grpc"
 
 
 def current_links(state: LabState) -> list[LabLink]:
@@ -256,7 +298,7 @@ def problems(state: LabState, seen: dict[str, dict[str, float]]) -> list[str]:
         for name, value in samples.items():
             if name.startswith("meshwire_links{") and 'state="done"' not in name and value:
                 found.append(f"{node}: {name} = {value:.0f}")
-        if state.inter_node_link_type != "grpc":
+        if not wires(state):
             continue
         expected = {
             'meshwire_wires{state="ready"}': wanted[node],
@@ -314,6 +356,7 @@ def main(argv: list[str]) -> int:
                 kind: statistics.median(s) for kind, s in churn.seconds.items() if s
             }
             report["cni_retries"] = churn.retries
+            report["workers_killed"] = churn.workers_killed
             report["failed_ops"] = churn.failed
             names = LabNames(name)
             settled = settle(names, churn.state, args.settle)
