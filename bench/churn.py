@@ -64,6 +64,7 @@ from typing import Any
 
 import yaml
 from lab_scale import generate
+from wire_bench import workers_in
 
 from meshwire.control.lab import ops, processes
 from meshwire.control.lab.check import check_all
@@ -146,7 +147,7 @@ class Churn:
         daemon = self.state.process(f"daemon/{node}")
         if daemon is None or not processes.is_running(daemon):
             return f"node {node}: no daemon"
-        for pid in sorted(workers_of(daemon.pid)):
+        for pid in sorted(workers_in({daemon.pid})):
             with contextlib.suppress(ProcessLookupError):
                 if os.getpgid(pid) == daemon.pid:  # still the one listed
                     os.kill(pid, signal.SIGKILL)
@@ -199,22 +200,6 @@ class Churn:
             action = lambda: ops.restart_pod(self.lab, self.state, self.runtime, pod)  # noqa: E731
         with self._counting:
             self.failed.append(f"{pod or 'daemon'}: {error}")
-
-
-def workers_of(group: int) -> list[int]:
-    """The dataplane workers in process group `group` (a daemon's), by /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            pgid = os.getpgid(int(entry))
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if pgid == group and b"meshwire.dataplane.worker" in cmdline:
-            found.append(int(entry))
-    return found
 
 
 def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str, str, str]]:

@@ -225,7 +225,11 @@ def rx_packets(lab: BenchLab, pod: str) -> int:
 def worker_pids(lab: BenchLab) -> list[int]:
     """The dataplane workers of the lab's daemons: the daemons lead their process groups."""
     state = LabDir.locate(lab.name, None).load()
-    groups = {p.pid for p in state.processes if p.role.startswith("daemon/")}
+    return workers_in({p.pid for p in state.processes if p.role.startswith("daemon/")})
+
+
+def workers_in(groups: set[int]) -> list[int]:
+    """The dataplane workers whose process group is one of `groups`, found in /proc."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
