@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from lab_scale import generate
+from lab_scale import daemon_metrics, generate
 from wire_bench import workers_in
 
 from meshwire.control.lab import ops, processes
@@ -72,10 +72,8 @@ from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.kernel import netns_ends
 from meshwire.control.lab.links import LabLink, lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
-from meshwire.control.lab.probe import http_get
 from meshwire.control.lab.runtime import MeshwireRuntime
 from meshwire.control.lab.state import LabDir, LabState
-from meshwire.dataplane import hostport
 
 MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
 APPLY = [sys.executable, "-m", "meshwire.control.cli", "apply"]
@@ -228,10 +226,11 @@ def current_links(state: LabState) -> list[LabLink]:
     return lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
 
 
-def settle(names: LabNames, state: LabState, within: float) -> tuple[float, list[str], list[str]]:
+def settle(
+    names: LabNames, links: list[LabLink], within: float
+) -> tuple[float, list[str], list[str]]:
     """Seconds until every link passes check (or `within`), the check lines of the links
     failing at first, and of those failing at the end."""
-    links = current_links(state)
     start = time.monotonic()
     first: list[str] | None = None
     while True:
@@ -242,24 +241,9 @@ def settle(names: LabNames, state: LabState, within: float) -> tuple[float, list
         time.sleep(1.0)
 
 
-def metrics(state: LabState) -> dict[str, dict[str, float]]:
-    """Each node's daemon /metrics: sample name with labels -> value."""
-    out = {}
-    for node in state.nodes.values():
-        host, port = hostport.split(node.metrics)
-        answer = http_get(host, port, "/metrics", netns=node.netns, timeout=10)
-        samples = {}
-        for line in (answer[1] if answer else "").splitlines():
-            if line.startswith("meshwire_") and " " in line:
-                name, value = line.rsplit(" ", 1)
-                samples[name] = float(value)
-        out[node.name] = samples
-    return out
-
-
-def leftovers(names: LabNames, churn: Churn) -> list[str]:
-    """Interfaces of links edited out of the topology that are still in their pods."""
-    present = {link.uid for link in current_links(churn.state)}
+def leftovers(names: LabNames, churn: Churn, links: list[LabLink]) -> list[str]:
+    """Interfaces of links edited out of the topology (not in `links`) still in their pods."""
+    present = {link.uid for link in links}
     found = []
     for uid, entries in sorted(churn.original.items()):
         if uid in present:
@@ -272,10 +256,10 @@ def leftovers(names: LabNames, churn: Churn) -> list[str]:
     return found
 
 
-def problems(state: LabState, seen: dict[str, dict[str, float]]) -> list[str]:
-    """What the daemons report that a settled lab must not have."""
+def problems(state: LabState, links: list[LabLink], seen: dict[str, dict[str, float]]) -> list[str]:
+    """What the daemons report that a settled lab of `links` must not have."""
     wanted: Counter[str] = Counter()
-    for link in current_links(state):
+    for link in links:
         if link.kind == "grpc":
             wanted.update(state.pods[end].node for end in (link.a.pod, link.b.pod))
     found = []
@@ -343,12 +327,12 @@ def main(argv: list[str]) -> int:
             report["cni_retries"] = churn.retries
             report["workers_killed"] = churn.workers_killed
             report["failed_ops"] = churn.failed
-            names = LabNames(name)
-            settled = settle(names, churn.state, args.settle)
+            names, links = LabNames(name), current_links(churn.state)
+            settled = settle(names, links, args.settle)
             report["settle_seconds"], report["failing_at_first"], report["failing_links"] = settled
-            report["links_removed_at_end"] = len(churn.original) - len(current_links(churn.state))
-            report["problems"] = problems(churn.state, metrics(churn.state))
-            report["problems"] += leftovers(names, churn)
+            report["links_removed_at_end"] = len(churn.original) - len(links)
+            report["problems"] = problems(churn.state, links, daemon_metrics(churn.state))
+            report["problems"] += leftovers(names, churn, links)
         finally:
             logs = LabDir.locate(name, None).path / "logs"
             if not whole(report) and logs.is_dir():

@@ -44,7 +44,8 @@ from typing import Any
 import yaml
 
 from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.state import LabDir
+from meshwire.control.lab.state import LabDir, LabState
+from meshwire.dataplane import hostport
 
 NAME = "scale"
 NET = ipaddress.ip_network("10.200.0.0/16")
@@ -143,22 +144,34 @@ def phases(lines: list[tuple[float, str]]) -> dict[str, float]:
     return out
 
 
-def node_metrics() -> dict[str, dict[str, float]]:
-    """Per node: link operations done and the seconds they took, from the daemon's /metrics."""
-    state = LabDir.locate(NAME, None).load()
+def daemon_metrics(state: LabState) -> dict[str, dict[str, float]]:
+    """Each node's daemon /metrics: sample (name with labels) -> value; {} if it does not answer."""
     out = {}
     for node in state.nodes.values():
-        host, _, port = node.metrics.rpartition(":")
-        answer = http_get(host, int(port), "/metrics", netns=node.netns, timeout=10)
-        values: dict[str, float] = {}
+        host, port = hostport.split(node.metrics)
+        answer = http_get(host, port, "/metrics", netns=node.netns, timeout=10)
+        samples = {}
         for line in (answer[1] if answer else "").splitlines():
-            if line.startswith('meshwire_reconcile_duration_seconds_sum{op="update"}'):
-                values["update_seconds"] = float(line.split()[-1])
-            elif line.startswith('meshwire_reconcile_duration_seconds_count{op="update"}'):
-                values["updates"] = float(line.split()[-1])
-            elif line.startswith("meshwire_links{"):
-                values[line.split("{", 1)[1].split("}")[0]] = float(line.split()[-1])
-        out[node.name] = values
+            if line.startswith("meshwire_") and " " in line:
+                name, value = line.rsplit(" ", 1)
+                samples[name] = float(value)
+        out[node.name] = samples
+    return out
+
+
+def node_metrics() -> dict[str, dict[str, float]]:
+    """Per node: link operations done and the seconds they took, from the daemon's /metrics."""
+    out = {}
+    for node, samples in daemon_metrics(LabDir.locate(NAME, None).load()).items():
+        values: dict[str, float] = {}
+        for name, value in samples.items():
+            if name == 'meshwire_reconcile_duration_seconds_sum{op="update"}':
+                values["update_seconds"] = value
+            elif name == 'meshwire_reconcile_duration_seconds_count{op="update"}':
+                values["updates"] = value
+            elif name.startswith("meshwire_links{"):
+                values[name.split("{", 1)[1].removesuffix("}")] = value
+        out[node] = values
     return out
 
 
