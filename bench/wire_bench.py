@@ -31,8 +31,7 @@ at once and summed. Per configuration:
     drain refuses frames with ENOBUFS; veth and vxlan take every frame and
     drop what their peer cannot take). iperf3's UDP sockets, used before, cost
     more per frame than the links and capped every configuration near the
-    same rate;
-    The frames run after the TCP run on the same lab. For (d) that matters:
+    same rate. The frames run after the TCP run on the same lab. For (d) that matters:
     after a bulk run BBR paces the stream's connection and the kernel packs
     about 2.4 one-frame messages into a TCP segment, which halves (d)'s CPU
     per frame (on a fresh connection each message is a segment: 82-89k
