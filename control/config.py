@@ -173,7 +173,7 @@ class VxlanConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="Log level."
+        default="info", description="Log level, of control and of its dataplane workers alike."
     )
     format: Literal["json", "text"] = Field(
         default="json", description="Structured JSON lines, or text for a terminal."

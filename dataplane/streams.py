@@ -13,11 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from meshwire.dataplane import hostport
+
 
 class StreamKey(NamedTuple):
     namespace: str
     peer_node: str
     peer_port: int
+
+    def __str__(self) -> str:
+        return f"{self.namespace} to {hostport.join(self.peer_node, self.peer_port)}"
 
 
 class Stream(Protocol):

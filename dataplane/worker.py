@@ -31,14 +31,16 @@ from dataclasses import dataclass
 
 import uvloop
 
-from meshwire.dataplane import fdpass, messages
+from meshwire.dataplane import fdpass, hostport, messages
+from meshwire.dataplane.logs import LogFormat, setup_logging
 from meshwire.dataplane.netns_thread import enter_netns
 from meshwire.dataplane.receiver import Listener
 from meshwire.dataplane.sender import Sender
 from meshwire.dataplane.streams import StreamKey, Streams
 from meshwire.dataplane.wirec import ID_LIMIT, WireTable, WireTableError
 
-log = logging.getLogger(__name__)
+# Named, not __name__: the worker runs as `python -m`, where __name__ is "__main__".
+log = logging.getLogger("meshwire.dataplane.worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,12 @@ class WorkerConfig:
     batch_bytes: int = 1 << 20
     report_interval: float = 1.0
     id_limit: int = ID_LIMIT
+    # The daemon's `log.level` and `log.format`, its node name, and this worker's
+    # index among the node's workers (named in every log line).
+    log_level: str = "info"
+    log_format: LogFormat = "text"
+    node: str = ""
+    index: int = 0
 
 
 def main(argv: list[str]) -> int:
@@ -68,7 +76,7 @@ def main(argv: list[str]) -> int:
     control = socket.socket(fileno=args.control_fd)
     if config.netns:
         enter_netns(config.netns)
-    logging.basicConfig(level=logging.INFO, format="meshwire worker %(process)d: %(message)s")
+    setup_logging(config.log_level, config.log_format, config.node, worker=config.index)
     uvloop.run(Worker(config, control).serve())
     return 0
 
@@ -98,6 +106,7 @@ class Worker:
             loop.add_signal_handler(signum, self._stopping.set)
         self._control.setblocking(False)
         port = self._listener.start(self._config.listen_host, self._config.data_port)
+        log.debug("serving the Wire service on %s", hostport.join(self._config.listen_host, port))
         writer = loop.create_task(self._write_loop())
         self._say(messages.Ready(port))
         loop.add_reader(self._control.fileno(), self._on_command)
@@ -115,6 +124,7 @@ class Worker:
                 os.close(wire.fd)
 
     def _open_stream(self, key: StreamKey) -> Sender:
+        log.debug("stream %s: opening for its first wire", key)
         return Sender(
             key,
             self._table,
@@ -183,6 +193,7 @@ class Worker:
 
     def _close_later(self, sender: Sender | None) -> None:
         if sender is not None:
+            log.debug("stream %s: no wire left; closing", sender.key)
             task = asyncio.get_running_loop().create_task(sender.close())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)

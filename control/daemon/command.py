@@ -16,7 +16,7 @@ import sys
 import uvloop
 
 from meshwire.control.config import Config, ConfigError, load_config, parse_overrides
-from meshwire.control.daemon.logs import setup_logging
+from meshwire.dataplane.logs import setup_logging
 
 # Flag -> config key, for the keys deployments set most.
 SHORTHANDS = {

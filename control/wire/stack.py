@@ -51,6 +51,9 @@ class WireStack:
                 listen_host=config.node_ip,
                 port_base=config.dataplane.port_base,
                 batch_frames=config.dataplane.batch_frames,
+                log_level=config.log.level,
+                log_format=config.log.format,
+                node=config.node_name,
             ),
             desired=self._desired,
         )

@@ -30,6 +30,7 @@ from meshwire.control.reconcile.retries import ExponentialBackoff
 from meshwire.control.wire.manager import Desired
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.handle import WorkerError, WorkerHandle
+from meshwire.dataplane.logs import LogFormat
 from meshwire.dataplane.messages import AddWire, StreamState
 from meshwire.dataplane.worker import WorkerConfig
 
@@ -48,6 +49,10 @@ class PoolSettings:
     report_interval: float = 1.0
     # Netns the workers serve in; empty: control's own (the node's).
     netns: str = ""
+    # How workers log (the daemon's `log` section) and the node they name.
+    log_level: str = "info"
+    log_format: LogFormat = "text"
+    node: str = ""
 
 
 @dataclass(eq=False)
@@ -185,6 +190,10 @@ class WorkerPool:
             data_port=s.port_base + slot.index,
             batch_frames=s.batch_frames,
             report_interval=s.report_interval,
+            log_level=s.log_level,
+            log_format=s.log_format,
+            node=s.node,
+            index=slot.index,
         )
 
     async def _spawn(self, slot: _Slot) -> WorkerHandle:
