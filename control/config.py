@@ -85,10 +85,10 @@ class CniConfig(_Section):
 
 class PeerConfig(_Section):
     listen: str = Field(
-        default="0.0.0.0:51111",
+        default=":51111",
         description="gRPC listen address of the peer service (wire handshakes); meshnet's "
-        "port. HOST:PORT, an IPv6 host in brackets; 0.0.0.0, [::] or no HOST: every address, "
-        "IPv4 and IPv6.",
+        "port. HOST:PORT, an IPv6 host in brackets; no HOST, [::] or (gRPC's reading) "
+        "0.0.0.0: every address, IPv4 and IPv6.",
     )
     rpc_timeout: float = Field(
         default=5.0, gt=0, description="Per-RPC timeout (s) of peer handshakes (KNE #743)."
@@ -125,9 +125,10 @@ class DataplaneConfig(_Section):
 
 class MetricsConfig(_Section):
     listen: str = Field(
-        default="0.0.0.0:51100",
+        default=":51100",
         description="Serves /metrics (Prometheus), /healthz and /readyz. HOST:PORT, an "
-        "IPv6 host in brackets; no HOST (:51100): every address, IPv4 and IPv6.",
+        "IPv6 host in brackets; no HOST: every address, IPv4 and IPv6 (kubelet probes "
+        "the node's address, whichever family it is); 0.0.0.0: IPv4 only.",
     )
 
     @field_validator("listen")

@@ -31,8 +31,8 @@ def test_with_only_node_ip_every_key_has_its_documented_default() -> None:
     assert config.api.url == ""
     assert config.api.kubeconfig == ""
     assert config.cni.socket == "/run/meshwire/cni.sock"
-    assert config.peer.listen == "0.0.0.0:51111"
-    assert config.metrics.listen == "0.0.0.0:51100"
+    assert config.peer.listen == ":51111"
+    assert config.metrics.listen == ":51100"
     assert config.vxlan.vni_base == 5000
     assert config.reconcile.debounce == 0.05
     assert config.reconcile.backoff_min == 0.1
