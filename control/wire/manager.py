@@ -22,17 +22,14 @@ a late goodbye never cancels a fresh handshake.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import logging
 import os
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.reconcile.queue import WorkQueue
@@ -56,10 +53,6 @@ log = logging.getLogger(__name__)
 # attempts (about 25 s with the handshake backoff): the far node's own
 # topology tells it the link is gone, the goodbye only makes it quicker.
 GOODBYE_ATTEMPTS = 8
-# How long a netlink thread waits for the event loop to take its call.
-THREAD_CALL_TIMEOUT = 10.0
-
-T = TypeVar("T")
 
 
 class WorkerSlots(Protocol):
@@ -403,73 +396,3 @@ class WireManager:
             keys.discard(key)
             if not keys:
                 del self._by_node[wire.row.peer_node_ip]
-
-
-class ThreadEnds:
-    """`WireEnds` for netlink threads: each call runs on the manager's event loop and waits.
-
-    Calls fail (`LinkError`) until `bind` names the loop; a call from the loop's
-    own thread runs at once.
-    """
-
-    def __init__(self, manager: WireManager) -> None:
-        self._manager = manager
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
-
-    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Run calls on `loop`; call this from the loop's thread."""
-        self._loop = loop
-        self._loop_thread = threading.get_ident()
-
-    def held(self, key: str) -> TapRef | None:
-        return self._call(lambda: self._manager.held(key), key)
-
-    def attach(self, row: LinkRow, tap: TapRef, fd: int | None) -> None:
-        try:
-            self._call(lambda: self._manager.attach(row, tap, fd), row.key)
-        except _NotTaken:
-            if fd is not None:
-                os.close(fd)
-            raise LinkError(
-                f"{row.namespace}/{row.uid}",
-                row.local.netns,
-                row.local.intf,
-                "the wire manager's event loop did not take the TAP",
-            ) from None
-
-    def detach(self, key: str) -> None:
-        self._call(lambda: self._manager.detach(key), key)
-
-    def _call(self, fn: Callable[[], T], key: str) -> T:
-        """`fn()` run on the loop; raises `_NotTaken` if the loop never ran it."""
-        if self._loop is None:
-            raise _NotTaken(key)
-        if threading.get_ident() == self._loop_thread:
-            return fn()
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def run() -> None:
-            if done.set_running_or_notify_cancel():
-                try:
-                    done.set_result(fn())
-                except BaseException as exc:
-                    done.set_exception(exc)
-
-        try:
-            self._loop.call_soon_threadsafe(run)
-        except RuntimeError:
-            raise _NotTaken(key) from None
-        try:
-            return done.result(THREAD_CALL_TIMEOUT)
-        except concurrent.futures.TimeoutError:
-            if done.cancel():
-                raise _NotTaken(key) from None
-            return done.result()
-
-
-class _NotTaken(LinkError):
-    """The event loop is closed or too busy: the call never ran."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key, "", "", "the wire manager's event loop is not running")

@@ -24,10 +24,11 @@ from meshwire.control.links.grpc import GrpcDriver
 from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.reconcile.retries import ExponentialBackoff
 from meshwire.control.wire.handshake import Handshaker
-from meshwire.control.wire.manager import Desired, ThreadEnds, WireManager
+from meshwire.control.wire.manager import Desired, WireManager
 from meshwire.control.wire.peer_client import GrpcPeerClient
 from meshwire.control.wire.peer_service import start_peer_server
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
+from meshwire.control.wire.thread_ends import ThreadEnds
 from meshwire.dataplane import hostport
 
 # The Peer service stops within this grace (in-flight handshakes finish).
