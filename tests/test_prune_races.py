@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator
 
 from reconciler_helpers import Pause, Scenario
 
+from meshwire.control.reconcile.status import State
+
 
 async def left_over_link(scenario: Scenario) -> None:
     """r1 placed, its link to r2 not wanted yet (r2 is not placed), and r1's end of it
@@ -67,3 +69,22 @@ async def test_a_row_derived_while_its_interface_is_removed_gets_it_back() -> No
         assert "remove(/ns/r1 eth1)" in scenario.driver.log
         assert ("/ns/r1", "eth1") in scenario.driver.kernel
         assert ("/ns/r2", "eth1") in scenario.driver.kernel
+
+
+async def test_a_row_whose_interface_a_prune_removed_shows_pending_until_rebuilt() -> None:
+    scenario = Scenario("recheck")
+    try:
+        await left_over_link(scenario)
+        scenario.cmd_place("r2", "/ns/r2")
+        await scenario.cmd_settle()
+        reconciler = scenario.daemon.reconciler
+        states = reconciler.statuses
+        [key] = [row.key for row in reconciler.links.values() if row.local.netns == "/ns/r1"]
+        assert states[key].state is State.DONE
+        assert reconciler.recheck("/ns/r1", "eth1")
+        assert states[key].state is State.PENDING  # until the queued check has run
+        await scenario.cmd_settle()
+        assert states[key].state is State.DONE
+        assert not reconciler.recheck("/ns/r9", "eth1")
+    finally:
+        await scenario.daemon.stop()

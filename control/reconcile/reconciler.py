@@ -220,14 +220,13 @@ class LinkReconciler:
         return wanted
 
     def recheck(self, netns: str, intf: str) -> bool:
-        """Queue the rows that want this end for a check against the kernel; any?"""
+        """`verify` the rows that want this end (a prune removed it meanwhile); any?"""
         keys = [
             row.key
             for row in self.links.values()
             if any(end.netns == netns and end.intf == intf for end in row.ends())
         ]
-        for key in keys:
-            self.queue.add(key)
+        self.verify(keys)
         return bool(keys)
 
     # -- shutdown -------------------------------------------------------------
