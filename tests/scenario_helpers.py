@@ -163,6 +163,10 @@ class OneNodeLab:
         """`lab kill-daemon node1`: SIGKILL, start again, wait until /readyz says ready."""
         ops.kill_daemon(self.dir, self.state(), MeshwireRuntime(), NODE)
 
+    def kill_api(self) -> None:
+        """`lab kill-api`: SIGKILL the embedded API, start it again, wait until it listens."""
+        ops.kill_api(self.dir, self.state(), MeshwireRuntime())
+
     def links_up(self, pod_key: str = "") -> bool:
         """Whether both ends of every link of `pod_key` ("": of every pod) exist and are up.
 

@@ -67,3 +67,21 @@ def test_kill_daemon_replaces_the_process_and_down_still_stops_both(
     assert pid_alive(daemons[-1])
     assert lab.run("down") == 0
     assert not pid_alive(daemons[-1])
+
+
+def test_kill_api_replaces_the_api_on_its_address_and_down_still_stops_both(
+    lab: Lab, tmp_path: Path
+) -> None:
+    before = state(lab)
+    old = next(p for p in before["processes"] if p["role"] == "api")["pid"]
+
+    assert lab.run("kill-api", runtime=StubRuntime(tmp_path)) == 0
+
+    after = state(lab)
+    apis = [p for p in after["processes"] if p["role"] == "api"]
+    assert apis[0]["pid"] == old and not pid_alive(old)
+    assert pid_alive(apis[-1]["pid"])
+    assert apis[-1]["argv"] == apis[0]["argv"]  # same database, same address
+    assert after["api_port"] == before["api_port"]
+    assert lab.run("down") == 0
+    assert not pid_alive(apis[-1]["pid"])

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scenario_helpers import Interface, OneNodeLab, link_of, one_node_lab, topologies, wait_until
+from scenario_helpers import (
+    Interface,
+    OneNodeLab,
+    link_of,
+    loss,
+    one_node_lab,
+    ping_running,
+    topologies,
+    wait_until,
+)
 
 pytestmark = pytest.mark.root
 
@@ -52,6 +61,35 @@ def test_a_link_removed_from_a_running_topology_loses_both_ends_and_nothing_else
         del before["r2"]["eth2"], before["r3"]["eth2"]
         assert snapshot(lab) == before
         assert lab.ping("r2", "12.12.12.1") and lab.ping("r3", "13.13.13.1")
+
+
+def test_an_api_server_restart_stops_no_link_and_a_later_edit_still_arrives(
+    tmp_path: Path,
+) -> None:
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        before = settled_snapshot(lab)
+        with ping_running(lab.pod_netns("r1"), "12.12.12.2") as stop:
+            lab.kill_api()
+            # The daemon's watch broke; it is back once it counted a reconnect.
+            wait_until(
+                lambda: lab.metric('meshwire_informer_total{what="reconnects"}') >= 1,
+                "the daemon watching the restarted API",
+            )
+            summary = stop()
+        sent, received = loss(summary)
+        assert sent > 0 and received == sent, summary
+        assert snapshot(lab) == before
+
+        edited = by_name(topologies("3node.yml"))
+        for pod in ("r2", "r3"):
+            edited[pod]["spec"]["links"] = [
+                x for x in edited[pod]["spec"]["links"] if x["uid"] != 3
+            ]
+        lab.apply(list(edited.values()))
+        wait_until(
+            lambda: "eth2" not in lab.interfaces("r2") and "eth2" not in lab.interfaces("r3"),
+            "both ends of link 3 gone after the edit",
+        )
 
 
 def test_a_link_added_to_a_running_topology_is_created(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from meshwire.control.lab.down import down
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.links import lab_links, topologies_of
 from meshwire.control.lab.names import LabNames, check_lab_name
-from meshwire.control.lab.ops import kill_daemon, move_pod, restart_pod
+from meshwire.control.lab.ops import kill_api, kill_daemon, move_pod, restart_pod
 from meshwire.control.lab.progress import for_stream
 from meshwire.control.lab.render import summary
 from meshwire.control.lab.runtime import MeshwireRuntime, Runtime
@@ -61,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p = command("kill-daemon", "SIGKILL a node's daemon and start it again")
     p.add_argument("node")
+    command("kill-api", "SIGKILL the embedded API and start it again")
     command("down", "remove everything the lab made")
     return top
 
@@ -118,4 +119,6 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
         print(move_pod(lab, state, chosen, args.pod, args.node))
     elif args.command == "kill-daemon":
         print(kill_daemon(lab, state, chosen, args.node))
+    elif args.command == "kill-api":
+        print(kill_api(lab, state, chosen))
     return 0

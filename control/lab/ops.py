@@ -1,4 +1,5 @@
-"""Disturbing a running lab the way a cluster would: a pod restarts, a pod moves, a daemon dies.
+"""Disturbing a running lab the way a cluster would: a pod restarts, a pod moves, a daemon
+dies, the API server restarts.
 
 Each operation records its effect in the state file as it goes, so `down`
 stays exact. Without daemons (`up --no-daemon`) the pod operations only redo
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 from meshwire.control.lab import pods, processes
 from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.runtime import Runtime
 from meshwire.control.lab.state import LabDir, LabState
-from meshwire.control.lab.up import start_daemon, wait_ready
+from meshwire.control.lab.up import start_api, start_daemon, wait_ready
 
 
 def restart_pod(lab: LabDir, state: LabState, runtime: Runtime, name: str) -> str:
@@ -51,3 +53,17 @@ def kill_daemon(lab: LabDir, state: LabState, runtime: Runtime, node: str) -> st
     new = state.process(f"daemon/{node}")
     assert new is not None
     return f"node {node}: daemon pid {record.pid} killed, restarted as pid {new.pid}"
+
+
+def kill_api(lab: LabDir, state: LabState, runtime: Runtime) -> str:
+    """SIGKILL the embedded API and start it again from its database, as a control plane
+    restart would: every watch breaks, and each daemon lists and watches again by itself.
+    Links are not touched; returns once the API listens again."""
+    record = state.process("api")
+    if record is None:
+        raise LabError(f"lab {state.name}: no embedded API recorded")
+    processes.kill_leader(record)
+    start_api(lab, state, LabNames(state.name), runtime)
+    new = state.process("api")
+    assert new is not None
+    return f"embedded API pid {record.pid} killed, restarted as pid {new.pid}"

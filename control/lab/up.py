@@ -93,7 +93,7 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
     nodes.create_hub(names)
 
     progress.step("embedded API")
-    _start_api(lab, state, names, runtime)
+    start_api(lab, state, names, runtime)
     progress.step("apply topology")
     _start_host_relay(lab, state, names, progress)
     _apply(runtime, names.hub_netns, copy, state.api_url)
@@ -155,7 +155,8 @@ def _tail(log: Path) -> str:
     return " | ".join(lines[-3:]) or "(empty log)"
 
 
-def _start_api(lab: LabDir, state: LabState, names: LabNames, runtime: Runtime) -> None:
+def start_api(lab: LabDir, state: LabState, names: LabNames, runtime: Runtime) -> None:
+    """Start the embedded API in the hub on its fixed address, from the lab's database."""
     state.api_port = API_PORT
     lab.save(state)
     listen = f"{HUB_IP}:{API_PORT}"
