@@ -56,7 +56,9 @@ async def test_a_del_before_the_first_sync_waits_for_it_and_clears_the_placement
         daemon.topologies.mark_initialized()
         await asyncio.wait_for(deleting, 10.0)
 
-        assert written.calls == [("default/r1", {"src_ip": "", "net_ns": "", "container_id": ""})]
+        # Cleared only while the API's status still names the deleted container.
+        cleared = {"if_container": "c1", "src_ip": "", "net_ns": "", "container_id": ""}
+        assert written.calls == [("default/r1", cleared)]
         r1 = daemon.topologies.get("default/r1")
         assert r1 is not None and r1.status.src_ip == ""
     finally:

@@ -7,6 +7,7 @@ its last socket), so it depends on nothing but its own loopback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import os
@@ -20,7 +21,12 @@ from aiohttp import web
 from kubernetes.aio.client import ApiClient, ApiException, Configuration, CustomObjectsApi
 
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
-from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusNotFound, StatusWriter
+from meshwire.control.reconcile.status_writer import (
+    KubeStatusApi,
+    StatusNotFound,
+    StatusSuperseded,
+    StatusWriter,
+)
 
 CLONE_NEWNET = 0x40000000
 
@@ -185,3 +191,72 @@ async def test_status_written_through_the_embedded_api_reads_back_and_spec_is_un
         ]
     finally:
         await server.stop()
+
+
+@contextlib.asynccontextmanager
+async def embedded_api_with(
+    tmp_path: Path, client_for: list[ApiClient], status: dict[str, str]
+) -> AsyncIterator[tuple[KubeStatusApi, CustomObjectsApi]]:
+    """An embedded API holding Topology lab/r1 with `status`, and the two clients to it."""
+    server_module = pytest.importorskip("meshwire.control.api.server")
+    server = server_module.ApiServer(str(tmp_path / "api.db"), port=0)
+    await server.start()
+    try:
+        client = api_client(server.url, client_for)
+        objects = CustomObjectsApi(client)
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Topology",
+            "metadata": {"name": "r1", "namespace": "lab"},
+            "spec": {"links": []},
+        }
+        await objects.create_namespaced_custom_object(GROUP, VERSION, "lab", PLURAL, body)
+        await KubeStatusApi(client).patch_status("lab", "r1", status)
+        yield KubeStatusApi(client), objects
+    finally:
+        await server.stop()
+
+
+async def status_of(objects: CustomObjectsApi) -> dict[str, str]:
+    obj = await objects.get_namespaced_custom_object(GROUP, VERSION, "lab", PLURAL, "r1")
+    return cast(dict[str, Any], obj)["status"]
+
+
+PLACED_B = {"src_ip": "10.0.0.3", "net_ns": "/var/run/netns/b", "container_id": "b"}
+CLEARED = {"src_ip": "", "net_ns": "", "container_id": ""}
+
+
+async def test_a_conditional_write_lands_while_the_status_names_its_container(
+    tmp_path: Path, client_for: list[ApiClient]
+) -> None:
+    async with embedded_api_with(tmp_path, client_for, PLACED_B) as (api, objects):
+        await api.patch_status("lab", "r1", CLEARED, if_container="b")
+        assert await status_of(objects) == CLEARED
+
+
+async def test_a_conditional_write_for_another_container_is_superseded_and_changes_nothing(
+    tmp_path: Path, client_for: list[ApiClient]
+) -> None:
+    # The pod's old node clears its placement late, after the new node wrote its own.
+    async with embedded_api_with(tmp_path, client_for, PLACED_B) as (api, objects):
+        with pytest.raises(StatusSuperseded, match="names container b, not a"):
+            await api.patch_status("lab", "r1", CLEARED, if_container="a")
+        assert await status_of(objects) == PLACED_B
+
+
+async def test_a_conditional_write_overtaken_between_its_read_and_its_patch_is_a_conflict(
+    tmp_path: Path, client_for: list[ApiClient]
+) -> None:
+    async with embedded_api_with(tmp_path, client_for, PLACED_B) as (api, objects):
+        read = api._api.get_namespaced_custom_object_status
+
+        async def read_then_overtaken(*args: Any, **kwargs: Any) -> Any:
+            current = await read(*args, **kwargs)
+            await KubeStatusApi(objects.api_client).patch_status("lab", "r1", {"container_id": "c"})
+            return current
+
+        api._api.get_namespaced_custom_object_status = read_then_overtaken  # type: ignore[method-assign]
+        with pytest.raises(ApiException) as caught:
+            await api.patch_status("lab", "r1", CLEARED, if_container="b")
+        assert caught.value.status == 409
+        assert (await status_of(objects))["container_id"] == "c"

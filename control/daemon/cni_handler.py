@@ -9,10 +9,12 @@ ADD: they are built when the peer comes up.
 
 DEL clears the pod's placement so its links are torn down here and on its
 peers' nodes; a DEL for a container id the pod no longer has (a late DEL of a
-previous sandbox) is ignored. A pod in no topology passes through untouched.
-Both wait for the daemon's first sync (a DEL answered from an empty table
-would be lost), and ask to be retried if it does not come within
-`cni.add_timeout`.
+previous sandbox) is ignored. The clear is written to the API only while the
+status still names the deleted container: a clear held back by retries must
+not wipe the placement the pod's new node wrote meanwhile. A pod in no
+topology passes through untouched. Both wait for the daemon's first sync (a
+DEL answered from an empty table would be lost), and ask to be retried if it
+does not come within `cni.add_timeout`.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class DaemonCniHandler:
             return
         if topology.status.src_ip and topology.status.src_ip != self.node_ip:
             return
-        self._place(topology, "", "", src_ip="")
+        self._place(topology, "", "", src_ip="", if_container=request.container_id or None)
 
     async def check(self, request: CniRequest) -> None:
         topology = await self._topology(request)
@@ -120,7 +122,12 @@ class DaemonCniHandler:
         return self.topologies.get(request.pod.key)
 
     def _place(
-        self, topology: Topology, netns: str, container_id: str, src_ip: str | None = None
+        self,
+        topology: Topology,
+        netns: str,
+        container_id: str,
+        src_ip: str | None = None,
+        if_container: str | None = None,
     ) -> None:
         node = self.node_ip if src_ip is None else src_ip
         status = dataclasses.replace(
@@ -128,7 +135,11 @@ class DaemonCniHandler:
         )
         if status != topology.status:
             self.topologies.upsert(dataclasses.replace(topology, status=status))
-        self._set_status(topology.key, src_ip=node, net_ns=netns, container_id=container_id)
+        fields = {"src_ip": node, "net_ns": netns, "container_id": container_id}
+        if if_container is None:
+            self._set_status(topology.key, **fields)
+        else:
+            self._set_status(topology.key, if_container=if_container, **fields)
 
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.

@@ -12,6 +12,15 @@ A failed write is retried with the key's backoff (`retries.py`), its fields
 merged under any set meanwhile; it is never dropped. A write answered 404
 (the Topology was deleted) is dropped with a log line.
 
+A write may be conditional (`if_container`): it lands only while the
+status still names that container (checked against a fresh read, the patch
+carrying the read's resourceVersion as a precondition; a 409 is retried).
+CNI DEL clears a pod's placement this way: a clear delayed by retries (the
+API down) must not wipe the placement another node wrote meanwhile for the
+pod's new sandbox. A condition is replaced only by a write that names a
+container (a new placement); other fields set meanwhile join the
+conditional write. A write whose condition no longer holds is dropped.
+
 Lifecycle: `start()` on the running loop, `set()` any number of times,
 `await flush()` to wait until everything recorded is written, `await close()`;
 after close `set()` is a no-op and anything unwritten is abandoned.
@@ -21,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
 
@@ -52,12 +61,20 @@ class StatusNotFound(Exception):
     """The Topology whose status was written does not exist (HTTP 404)."""
 
 
-class StatusApi(Protocol):
-    async def patch_status(self, namespace: str, name: str, status: dict[str, str]) -> None:
-        """Merge `status` into the Topology's status subresource.
+class StatusSuperseded(Exception):
+    """A conditional write's container is no longer the one the status names."""
 
-        Raises StatusNotFound if the object does not exist; any other exception
-        is a failed write that the caller retries.
+
+class StatusApi(Protocol):
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, str], if_container: str | None = None
+    ) -> None:
+        """Merge `status` into the Topology's status subresource; with `if_container`,
+        only while `status.container_id` is that container.
+
+        Raises StatusNotFound if the object does not exist, StatusSuperseded if
+        the condition does not hold; any other exception is a failed write that
+        the caller retries.
         """
         ...
 
@@ -74,15 +91,36 @@ class KubeStatusApi:
         self._api = CustomObjectsApi(api_client)
         self._timeout = request_timeout
 
-    async def patch_status(self, namespace: str, name: str, status: dict[str, str]) -> None:
+    async def patch_status(
+        self, namespace: str, name: str, status: dict[str, str], if_container: str | None = None
+    ) -> None:
+        body: dict[str, Any] = {"status": status}
         try:
+            if if_container is not None:
+                reply = await self._api.get_namespaced_custom_object_status(
+                    group=GROUP,
+                    version=VERSION,
+                    namespace=namespace,
+                    plural=PLURAL,
+                    name=name,
+                    _request_timeout=self._timeout,
+                )
+                current = cast(dict[str, Any], reply)  # the object as JSON
+                holder = (current.get("status") or {}).get("container_id", "")
+                if holder != if_container:
+                    raise StatusSuperseded(
+                        f"topology {namespace}/{name}: status names container "
+                        f"{holder or '(none)'}, not {if_container}"
+                    )
+                # A precondition: 409 Conflict if the object changed since the read.
+                body["metadata"] = {"resourceVersion": current["metadata"]["resourceVersion"]}
             await self._api.patch_namespaced_custom_object_status(
                 group=GROUP,
                 version=VERSION,
                 namespace=namespace,
                 plural=PLURAL,
                 name=name,
-                body={"status": status},
+                body=body,
                 # The client's default for a dict body is merge patch too; naming
                 # it keeps a client upgrade from turning this into a replace.
                 _content_type=MERGE_PATCH,
@@ -121,6 +159,9 @@ class StatusWriter:
         # key here is in the queue (ready or waiting out its backoff) or in
         # _writing, whose worker requeues it when its write ends.
         self._pending: dict[str, dict[str, str]] = {}
+        # ns/name -> the container its pending write is conditional on (see
+        # `set`); no entry: unconditional.
+        self._conditions: dict[str, str] = {}
         # Keys a worker has taken from the queue and not yet finished.
         self._writing: set[str] = set()
         # Set iff _pending and _writing are both empty, or the writer is closed.
@@ -138,9 +179,12 @@ class StatusWriter:
             for i in range(self._writers)
         ]
 
-    def set(self, key: str, **fields: str) -> None:
+    def set(self, key: str, if_container: str | None = None, **fields: str) -> None:
         """Record status fields for the Topology `key` ("namespace/name").
 
+        With `if_container`, the write lands only while the status names that
+        container (see the module doc); a later set that names a container_id
+        replaces the condition, other sets join it.
         An empty string is written as an empty string (meshnet's "no error").
         Raises ValueError for a key without a namespace and a name, a field this
         daemon does not own, or a value that is not a string. A no-op after close().
@@ -165,6 +209,10 @@ class StatusWriter:
         if key not in self._pending and key not in self._writing:
             self._queue.add(key)
         self._pending.setdefault(key, {}).update(fields)
+        if if_container is not None:
+            self._conditions[key] = if_container
+        elif "container_id" in fields:
+            self._conditions.pop(key, None)
         self._idle.clear()
 
     async def flush(self) -> None:
@@ -184,6 +232,7 @@ class StatusWriter:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         self._pending.clear()
+        self._conditions.clear()
         self._writing.clear()
         self._idle.set()
 
@@ -209,17 +258,21 @@ class StatusWriter:
         if wait > 0:
             await self._clock.sleep(wait)
         fields = self._pending.pop(key)
+        condition = self._conditions.pop(key, None)
         namespace, _, name = key.partition("/")
         try:
-            await self._api.patch_status(namespace, name, fields)
+            await self._api.patch_status(namespace, name, fields, condition)
         except StatusNotFound:
             log.info("status of topology %s not written: the object no longer exists", key)
             self._queue.forget(key)
+        except StatusSuperseded as why:
+            log.info("status of topology %s: write %s dropped: %s", key, sorted(fields), why)
+            self._queue.forget(key)
         except asyncio.CancelledError:
-            self._restore(key, fields)
+            self._restore(key, fields, condition)
             raise
         except Exception as err:
-            self._restore(key, fields)
+            self._restore(key, fields, condition)
             log.warning(
                 "status of topology %s: write %s failed (retry %d): %s",
                 key,
@@ -234,6 +287,10 @@ class StatusWriter:
         if key in self._pending:
             self._queue.add(key)
 
-    def _restore(self, key: str, fields: dict[str, str]) -> None:
-        """Put unwritten fields back under any recorded since (the newer value wins)."""
-        self._pending[key] = {**fields, **self._pending.get(key, {})}
+    def _restore(self, key: str, fields: dict[str, str], condition: str | None) -> None:
+        """Put unwritten fields back under any recorded since (the newer value wins),
+        and their condition unless a set since replaced it."""
+        newer = self._pending.get(key, {})
+        if condition is not None and "container_id" not in newer:
+            self._conditions.setdefault(key, condition)
+        self._pending[key] = {**fields, **newer}
