@@ -1,4 +1,4 @@
-"""Churn: a lab kept busy with pod restarts, pod moves and daemon kills, then proven whole.
+"""Churn: a lab kept busy with pod restarts, moves, edits and kills, then proven whole.
 
     .venv/bin/python bench/churn.py [--pods 60] [--chords 60] [--nodes 3] [--ops 300]
         [--parallel 4] [--settle 300] [--config FILE] [--seed 1] [--name NAME] [--keep]
@@ -7,23 +7,26 @@
 meshnet-cni breaks under churn; this is the churn. The lab is lab_scale's
 ring-plus-chords on `--nodes` simulated nodes (`--config examples/grpc.yaml`
 for gRPC wires between nodes). Then `--ops` operations run, `--parallel` at a
-time, each on a random pod or node, without waiting for the lab to settle:
+time, each on a random pod or node, without waiting for the lab to settle
+(the weights of WEIGHTS in brackets):
 
-  - restart a pod (5 in 11): CNI DEL, a new netns, CNI ADD with a new
-    container id;
-  - move a pod to another node (3 in 11): DEL on its node, ADD on the other,
-    so its links change kind (veth <-> vxlan or wire);
-  - edit the topology (2 in 11): a random link leaves both pods' Topology
-    objects, or comes back if it had left (`meshwire apply` of the two);
-  - kill a node's daemon with SIGKILL and start it again (1 in 11);
+  - restart a pod (5): CNI DEL, a new netns, CNI ADD with a new container id;
+  - move a pod to another node (3): DEL on its node, ADD on the other, so its
+    links change kind (veth <-> vxlan or wire);
+  - edit the topology (2): a random link leaves both pods' Topology objects,
+    or comes back if it had left (`meshwire apply` of the two);
+  - kill a node's daemon with SIGKILL and start it again (1);
+  - kill the embedded API with SIGKILL and start it again (1): every
+    daemon's watch breaks, and CNI calls and edits fail until it is back;
   - in a lab with gRPC wires, also kill one of a node's dataplane workers
-    with SIGKILL (1 in 12): its daemon starts another and hands it its TAPs.
+    with SIGKILL (1): its daemon starts another and hands it its TAPs.
 
-The pod and daemon operations are the lab's own (`meshwire lab restart-pod`,
-`move-pod`, `kill-daemon`), run in this process on one state. A pod is never operated on
-twice at once. A CNI call that fails (its node's daemon is down) is retried
-the way a kubelet retries a sandbox: after 0.5 s, doubling to 4 s, as a
-restart of the pod.
+The pod, daemon and API operations are the lab's own (`meshwire lab
+restart-pod`, `move-pod`, `kill-daemon`, `kill-api`), run in this process on
+one state. A pod is never operated on twice at once. A CNI call that fails
+(its node's daemon or the API is down) is retried the way a kubelet retries
+a sandbox: after 0.5 s, doubling to 4 s, as a restart of the pod; a failed
+`apply` is retried the same way, as a user or a controller would.
 
 After the last operation, `lab check` (every link proven by ARP both ways)
 runs until every link passes or `--settle` seconds have gone: the time it
@@ -77,7 +80,9 @@ from meshwire.control.lab.state import LabDir, LabState
 
 MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
 APPLY = [sys.executable, "-m", "meshwire.control.cli", "apply"]
-WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1, "worker": 1}
+WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1, "api": 1, "worker": 1}
+# The key the API operation is serialized on (one restart of it at a time).
+API = "api"
 RETRY_FIRST, RETRY_MAX, RETRIES = 0.5, 4.0, 30
 # One saver at a time: the operations of different pods share the state file. A
 # daemon's restart holds it throughout, as it changes the list of processes.
@@ -111,7 +116,7 @@ class Churn:
         self.state = state
         self.runtime = MeshwireRuntime(with_daemons=True)
         self.busy: dict[str, threading.Lock] = {
-            key: threading.Lock() for key in [*state.pods, *state.nodes]
+            key: threading.Lock() for key in [*state.pods, *state.nodes, API]
         }
         self.retries = 0
         self.workers_killed = 0
@@ -131,6 +136,7 @@ class Churn:
             "restart": lambda: ops.restart_pod(self.lab, self.state, self.runtime, name),
             "move": lambda: ops.move_pod(self.lab, self.state, self.runtime, name, node),
             "kill": lambda: self._kill(target),
+            "api": self._kill_api,
             "edit": lambda: self._edit(int(target)),
             "worker": lambda: self._kill_worker(target),
         }
@@ -158,6 +164,10 @@ class Churn:
         with SAVING:
             return ops.kill_daemon(self.lab, self.state, self.runtime, node)
 
+    def _kill_api(self) -> str:
+        with SAVING:
+            return ops.kill_api(self.lab, self.state, self.runtime)
+
     def _edit(self, uid: int) -> str:
         """Take link `uid` out of both its pods' Topology objects, or put it back."""
         with self._editing:
@@ -175,10 +185,16 @@ class Churn:
                 yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}, file)
                 file.flush()
                 argv = [*APPLY, "-f", file.name, "--server", self.state.host_url]
-                done = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise LabError(f"apply of link {uid}: {done.stderr.strip()}")
-            return f"link {uid} edited"
+                delay = RETRY_FIRST
+                for _ in range(RETRIES):
+                    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+                    if done.returncode == 0:
+                        return f"link {uid} edited"
+                    with self._counting:
+                        self.retries += 1
+                    time.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX)
+            raise LabError(f"apply of link {uid}: {done.stderr.strip()}")
 
     def _until_done(self, action: Callable[[], str], pod: str | None) -> None:
         delay, error = RETRY_FIRST, ""
@@ -210,6 +226,8 @@ def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str,
     for kind in kinds:
         if kind in ("kill", "worker"):
             out.append((kind, rng.choice(nodes), ""))
+        elif kind == "api":
+            out.append((kind, API, ""))
         elif kind == "edit":
             out.append((kind, str(rng.randint(1, links)), ""))
         else:
@@ -324,7 +342,7 @@ def main(argv: list[str]) -> int:
             report["op_median_seconds"] = {
                 kind: statistics.median(s) for kind, s in churn.seconds.items() if s
             }
-            report["cni_retries"] = churn.retries
+            report["retries"] = churn.retries  # CNI calls and applies that failed, then retried
             report["workers_killed"] = churn.workers_killed
             report["failed_ops"] = churn.failed
             names, links = LabNames(name), current_links(churn.state)

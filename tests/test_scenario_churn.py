@@ -1,8 +1,8 @@
 """A lab under churn converges from events alone, over veth and vxlan and over the wire.
 
 Runs bench/churn.py, small: pods restarted and moved between 3 nodes, links
-taken out of the topology and put back, daemons killed, several at a time,
-with no pause for the lab to settle. The daemons' full pass is set an hour
+taken out of the topology and put back, daemons and the API server killed,
+several at a time, with no pause for the lab to settle. The daemons' full pass is set an hour
 away, so only the daemons' handling of events (CNI ADD and DEL, topology
 changes, restarts, pruning) can bring the lab back: afterwards every link
 must pass `lab check` (ARP both ways), every link end must be done, nothing
