@@ -14,6 +14,7 @@ from reconciler_helpers import NODE, Daemon, FakeDriver
 
 from meshwire.control.cni.protocol import CniError, CniRequest, Command, PodRef
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
+from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.model.topology import Topology, TopologyStatus
 from meshwire.control.reconcile.clock import FakeClock
 
@@ -42,6 +43,7 @@ def handler(daemon: Daemon, written: Written, add_timeout: float) -> DaemonCniHa
         written,
         add_timeout,
         lambda: "",
+        PlacementKeeper(NODE.node_ip, daemon.topologies, written),
     )
 
 

@@ -8,6 +8,7 @@ and nothing else is touched (every other interface keeps its ifindex).
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from scenario_helpers import (
     topologies,
     wait_until,
 )
+
+from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.root
 
@@ -90,6 +93,25 @@ def test_an_api_server_restart_stops_no_link_and_a_later_edit_still_arrives(
             lambda: "eth2" not in lab.interfaces("r2") and "eth2" not in lab.interfaces("r3"),
             "both ends of link 3 gone after the edit",
         )
+
+
+def test_a_topology_deleted_and_created_again_while_its_pod_runs_gets_its_links_back(
+    tmp_path: Path,
+) -> None:
+    # The new object has no status; the daemon that runs r2 writes r2's placement
+    # again (PlacementKeeper), so r2's links are derived and built once more.
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        settled_snapshot(lab)
+        url = f"{lab.state().host_url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}/r2"
+        with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10):
+            pass
+        wait_until(lambda: "eth1" not in lab.interfaces("r2"), "r2's links gone with its object")
+
+        lab.apply([by_name(topologies("3node.yml"))["r2"]])
+        wait_until(lambda: lab.ping("r1", "12.12.12.2"), "a ping from r1 to r2 again")
+        assert lab.ping("r3", "23.23.23.2")
+        pods = {p["pod"]: p for p in lab.status()["pods"]}
+        assert pods["default/r2"]["node"] == "node1"
 
 
 def test_a_link_added_to_a_running_topology_is_created(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from meshwire.control.config import Config
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
+from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.links.driver import Drivers, KindDriver
@@ -130,6 +131,7 @@ class Daemon:
                 initial_done=self.reconciler.initial_done.is_set,
             )
         )
+        placements = PlacementKeeper(self.config.node_ip, self.topologies, self.status.set)
         handler = DaemonCniHandler(
             self.config.node_ip,
             self.topologies,
@@ -138,6 +140,7 @@ class Daemon:
             self.status.set,
             self.config.cni.add_timeout,
             self.not_ready,
+            placements,
         )
         endpoint = CniEndpoint(self.config.cni.socket, handler)
         health = HealthServer(self.config.metrics.listen, self.metrics.registry, self.not_ready)
@@ -153,6 +156,7 @@ class Daemon:
             asyncio.create_task(self.reconciler.run(), name="reconciler"),
             asyncio.create_task(self._full_pass_loop(), name="full-pass"),
             asyncio.create_task(self._plumbing_error_loop(), name="plumbing-error"),
+            asyncio.create_task(placements.run(), name="placements"),
         ]
         log.info(
             "meshwire daemon on node %s (%s) started; CNI socket %s, metrics %s",
@@ -180,6 +184,7 @@ class Daemon:
                 await asyncio.wait_for(self.status.flush(), FLUSH_GRACE)
             await self.status.close()
             self.desired.close()
+            placements.close()
             await health.stop()
             await api.close()  # type: ignore[no-untyped-call]
 

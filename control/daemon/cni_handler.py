@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 
 from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
+from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
@@ -52,6 +53,7 @@ class DaemonCniHandler:
         set_status: Callable[..., None],
         add_timeout: float,
         not_ready: Callable[[], str],
+        placements: PlacementKeeper,
     ) -> None:
         self.node_ip = node_ip
         self.topologies = topologies
@@ -60,12 +62,14 @@ class DaemonCniHandler:
         self._set_status = set_status
         self.add_timeout = add_timeout
         self._not_ready = not_ready
+        self.placements = placements
 
     async def add(self, request: CniRequest) -> None:
         topology = await self._topology(request)
         if topology is None:
             return
         self._place(topology, request.netns, request.container_id)
+        self.placements.added(topology.key, request.container_id, request.netns)
         # A new sandbox: its links are checked against the kernel even when they
         # derive as before (a netns at the same path, a DEL that never came).
         self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))
@@ -73,6 +77,8 @@ class DaemonCniHandler:
 
     async def delete(self, request: CniRequest) -> None:
         topology = await self._topology(request)
+        if request.pod is not None:
+            self.placements.deleted(request.pod.key, request.container_id)
         if topology is None:
             return
         current = topology.status.container_id
@@ -119,6 +125,7 @@ class DaemonCniHandler:
             raise CniError(
                 ErrorCode.TRY_AGAIN_LATER, "meshwire daemon has not synced topologies yet"
             ) from None
+        self.placements.seed()  # before this request changes what this node holds
         return self.topologies.get(request.pod.key)
 
     def _place(

@@ -1,0 +1,123 @@
+"""The placement keeper: a pod running here gets its placement back when its status loses it.
+
+The keeper writes a pod's placement again only while it holds the pod's
+sandbox (ADDed here, not DELeted) and the status names no container; and then
+only on the condition that the status still names none when the write lands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from reconciler_helpers import NODE
+
+from meshwire.control.daemon.placements import Placement, PlacementKeeper
+from meshwire.control.model.topology import Topology, TopologyStatus
+from meshwire.control.tables.topologies import TopologyTable
+
+HERE = TopologyStatus(src_ip=NODE.node_ip, net_ns="/ns/r1-b", container_id="b")
+ELSEWHERE = TopologyStatus(src_ip="10.9.9.9", net_ns="/ns/r1-c", container_id="c")
+
+
+class Written:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, key: str, **fields: Any) -> None:
+        self.calls.append((key, fields))
+
+
+NONE = TopologyStatus()
+
+
+def r1(status: TopologyStatus = NONE) -> Topology:
+    return Topology("default", "r1", status=status)
+
+
+def synced(*objects: Topology) -> tuple[TopologyTable, PlacementKeeper, Written]:
+    table, written = TopologyTable(), Written()
+    for obj in objects:
+        table.upsert(obj)
+    table.mark_initialized()
+    keeper = PlacementKeeper(NODE.node_ip, table, written)
+    keeper.seed()
+    keeper.step()
+    return table, keeper, written
+
+
+REWRITE = {
+    "if_container": "",
+    "src_ip": NODE.node_ip,
+    "net_ns": "/ns/r1-b",
+    "container_id": "b",
+}
+
+
+def test_a_held_pod_whose_status_was_cleared_gets_its_placement_written_again() -> None:
+    table, keeper, written = synced(r1())
+    keeper.added("default/r1", "b", "/ns/r1-b")
+    table.upsert(r1(HERE))  # the ADD's placement lands...
+    table.upsert(r1())  # ...and a late clear from the pod's old node wipes it
+
+    assert keeper.step() == ["default/r1"]
+    assert written.calls == [("default/r1", REWRITE)]
+    # The table has the placement at once, so the links are derived again now.
+    obj = table.get("default/r1")
+    assert obj is not None and obj.status == HERE
+
+
+def test_a_topology_created_again_while_its_pod_runs_here_gets_the_placement() -> None:
+    table, keeper, written = synced(r1(HERE))
+    table.delete("default/r1")
+    assert keeper.step() == []
+    table.upsert(r1())
+    assert keeper.step() == ["default/r1"]
+    assert written.calls == [("default/r1", REWRITE)]
+
+
+def test_a_status_naming_another_container_is_left_alone() -> None:
+    table, keeper, written = synced(r1(HERE))
+    table.upsert(r1(ELSEWHERE))
+    assert keeper.step() == []
+    assert written.calls == []
+    assert keeper.held("default/r1") == Placement("b", "/ns/r1-b")
+
+
+def test_after_a_del_of_the_held_sandbox_a_cleared_status_stays_cleared() -> None:
+    table, keeper, written = synced(r1(HERE))
+    keeper.deleted("default/r1", "b")
+    table.upsert(r1())
+    assert keeper.step() == []
+    assert written.calls == []
+
+
+def test_a_late_del_of_an_older_sandbox_keeps_the_current_one_held() -> None:
+    table, keeper, _ = synced(r1(HERE))
+    keeper.deleted("default/r1", "a")
+    table.upsert(r1())
+    assert keeper.step() == ["default/r1"]
+
+
+def test_a_pod_placed_on_another_node_is_not_held_after_a_restart() -> None:
+    table, keeper, _ = synced(r1(ELSEWHERE))
+    table.upsert(r1())
+    assert keeper.step() == []
+    assert keeper.held("default/r1") is None
+
+
+def test_seeding_happens_once_so_a_del_before_a_later_seed_call_is_not_undone() -> None:
+    _, keeper, _ = synced(r1(HERE))
+    keeper.deleted("default/r1", "b")
+    keeper.seed()
+    assert keeper.held("default/r1") is None
+
+
+def test_only_a_status_change_of_a_held_pod_is_looked_at() -> None:
+    table, keeper, written = synced(r1(HERE), Topology("default", "r2"))
+    table.upsert(
+        dataclasses.replace(r1(HERE), status=dataclasses.replace(HERE, plumbing_error="x"))
+    )
+    table.upsert(Topology("default", "r2", status=TopologyStatus(plumbing_error="y")))
+    assert keeper.step() == []
+    assert written.calls == []
