@@ -13,13 +13,15 @@ merged under any set meanwhile; it is never dropped. A write answered 404
 (the Topology was deleted) is dropped with a log line.
 
 A write may be conditional (`if_container`): it lands only while the
-status still names that container (checked against a fresh read, the patch
-carrying the read's resourceVersion as a precondition; a 409 is retried).
-CNI DEL clears a pod's placement this way: a clear delayed by retries (the
-API down) must not wipe the placement another node wrote meanwhile for the
-pod's new sandbox. A condition is replaced only by a write that names a
-container (a new placement); other fields set meanwhile join the
-conditional write. A write whose condition no longer holds is dropped.
+status still names that container, "" for none (checked against a fresh
+read, the patch carrying the read's resourceVersion as a precondition; a 409
+is retried). CNI DEL clears a pod's placement this way: a clear delayed by
+retries (the API down) must not wipe the placement another node wrote
+meanwhile for the pod's new sandbox; and the placement keeper writes a
+placement back only while the status names no container. A condition is
+replaced only by a write that names a container (a new placement); other
+fields set meanwhile join the conditional write. A write whose condition no
+longer holds is dropped.
 
 Lifecycle: `start()` on the running loop, `set()` any number of times,
 `await flush()` to wait until everything recorded is written, `await close()`;
