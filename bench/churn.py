@@ -122,6 +122,8 @@ class Churn:
         self.workers_killed = 0
         self.failed: list[str] = []
         self.seconds: dict[str, list[float]] = {kind: [] for kind in WEIGHTS}
+        # "kind target" of every operation, in the order they ended.
+        self.ended: list[str] = []
         self._counting = threading.Lock()
         # Each link's entries in its pods' Topology objects, as first applied.
         self.original: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
@@ -145,6 +147,7 @@ class Churn:
             self._until_done(actions[kind], name if kind in ("restart", "move") else None)
             with self._counting:
                 self.seconds[kind].append(time.monotonic() - start)
+                self.ended.append(f"{kind} {target}")
 
     def _kill_worker(self, node: str) -> str:
         """SIGKILL one dataplane worker of the node's daemon (its process group)."""
@@ -344,6 +347,8 @@ def main(argv: list[str]) -> int:
             }
             report["retries"] = churn.retries  # CNI calls and applies that failed, then retried
             report["workers_killed"] = churn.workers_killed
+            # What the lab settles from: a slow settle after an API restart is expected.
+            report["last_ops"] = churn.ended[-args.parallel :]
             report["failed_ops"] = churn.failed
             names, links = LabNames(name), current_links(churn.state)
             settled = settle(names, links, args.settle)
