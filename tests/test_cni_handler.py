@@ -12,7 +12,7 @@ import asyncio
 import pytest
 from reconciler_helpers import NODE, Daemon, FakeDriver
 
-from meshwire.control.cni.protocol import CniError, CniRequest, Command, PodRef
+from meshwire.control.cni.protocol import CniError, CniRequest, Command, ErrorCode, PodRef
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.model.topology import Topology, TopologyStatus
@@ -25,13 +25,22 @@ DEL = CniRequest(Command.DEL, "1.1.0", "meshnet", container_id="c1", pod=PodRef(
 
 
 class Written:
-    """The status writes the handler makes (`set_status`)."""
+    """The status writer as the handler sees it: records each `set`; every write lands
+    at once unless `held` (then `written` waits until it is released)."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.calls: list[tuple[str, dict[str, str | None]]] = []
+        self.held = asyncio.Event()
+        self.held.set()
 
-    def __call__(self, key: str, **fields: str) -> None:
-        self.calls.append((key, fields))
+    def set(self, key: str, if_container: str | None = None, **fields: str) -> None:
+        recorded: dict[str, str | None] = dict(fields)
+        if if_container is not None:
+            recorded = {"if_container": if_container, **recorded}
+        self.calls.append((key, recorded))
+
+    async def written(self, key: str) -> None:
+        await self.held.wait()
 
 
 def handler(daemon: Daemon, written: Written, add_timeout: float) -> DaemonCniHandler:
@@ -43,7 +52,7 @@ def handler(daemon: Daemon, written: Written, add_timeout: float) -> DaemonCniHa
         written,
         add_timeout,
         lambda: "",
-        PlacementKeeper(NODE.node_ip, daemon.topologies, written),
+        PlacementKeeper(NODE.node_ip, daemon.topologies, written.set),
     )
 
 
@@ -76,3 +85,47 @@ async def test_a_del_while_the_sync_does_not_come_asks_to_be_retried() -> None:
         assert written.calls == []
     finally:
         await daemon.stop()
+
+
+ADD = CniRequest(
+    Command.ADD,
+    "1.1.0",
+    "meshnet",
+    container_id="c2",
+    netns="/ns/r1-2",
+    pod=PodRef("default", "r1"),
+)
+
+
+@pytest.mark.parametrize("request_", [ADD, DEL], ids=["ADD", "DEL"])
+async def test_success_waits_until_the_status_write_is_in_the_api(request_: CniRequest) -> None:
+    # Until then a daemon restarted a moment later would not know the placement
+    # (ADD), or would still see the deleted container as running here (DEL).
+    daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
+    daemon.topologies.upsert(R1)
+    daemon.topologies.mark_initialized()
+    daemon.links.mark_initialized()
+    deriving = asyncio.create_task(derive_loop(daemon))
+    cni = handler(daemon, written, 0.2)
+    run = cni.add if request_ is ADD else cni.delete
+    try:
+        written.held.clear()
+        with pytest.raises(CniError) as refused:
+            await run(request_)
+        assert refused.value.code == ErrorCode.TRY_AGAIN_LATER
+        assert "status not written to the API within 0.2s" in str(refused.value)
+
+        # The runtime retries; this time the write lands.
+        written.held.set()
+        await asyncio.wait_for(run(request_), 5.0)
+        assert len(written.calls) == 2
+    finally:
+        deriving.cancel()
+        await daemon.stop()
+
+
+async def derive_loop(daemon: Daemon) -> None:
+    """The daemon's derive loop: r1 has no links, so an ADD has nothing else to wait for."""
+    while True:
+        daemon.changed()
+        await daemon.desired.wait()

@@ -238,3 +238,38 @@ def test_a_malformed_set_is_rejected_naming_the_key_or_field(
     writer = StatusWriter(FakeStatusApi(), clock=FakeClock())
     with pytest.raises(ValueError, match=named):
         writer.set(key, **fields)  # type: ignore[arg-type]
+
+
+async def test_written_waits_for_one_topology_through_retries_and_not_for_others(
+    clock: FakeClock,
+) -> None:
+    api = FakeStatusApi("lab/r1", "lab/r2")
+    api.fail_next["lab/r1"] = 1
+    writer = started(api, clock)
+    await asyncio.wait_for(writer.written("lab/r1"), timeout=5)  # nothing recorded: at once
+    api.gate.clear()
+    writer.set("lab/r1", src_ip="10.0.0.1")
+    writer.set("lab/r2", src_ip="10.0.0.2")
+    waiting = asyncio.create_task(writer.written("lab/r1"))
+    await until(lambda: len(api.writes) == 2)
+    api.gate.set()
+    await until(lambda: clock.sleepers > 0)  # r1's write failed; r2's landed
+    await settle()
+    assert not waiting.done()
+    await asyncio.wait_for(writer.written("lab/r2"), timeout=5)
+
+    clock.advance(0.1)
+    await asyncio.wait_for(waiting, timeout=5)
+    assert api.statuses["lab/r1"] == {"src_ip": "10.0.0.1"}
+    await writer.close()
+
+
+async def test_written_returns_when_the_writer_closes(clock: FakeClock) -> None:
+    api = FakeStatusApi("lab/r1")
+    api.gate.clear()
+    writer = started(api, clock)
+    writer.set("lab/r1", src_ip="10.0.0.1")
+    waiting = asyncio.create_task(writer.written("lab/r1"))
+    await settle()
+    await writer.close()
+    await asyncio.wait_for(waiting, timeout=5)

@@ -137,7 +137,7 @@ class Daemon:
             self.topologies,
             self.desired,
             self.reconciler,
-            self.status.set,
+            self.status,
             self.config.cni.add_timeout,
             self.not_ready,
             placements,

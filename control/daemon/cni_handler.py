@@ -15,6 +15,11 @@ not wipe the placement the pod's new node wrote meanwhile. A pod in no
 topology passes through untouched. Both wait for the daemon's first sync (a
 DEL answered from an empty table would be lost), and ask to be retried if it
 does not come within `cni.add_timeout`.
+
+Both also wait, within `cni.add_timeout`, until their status write is in the
+API, and otherwise ask to be retried: once the runtime hears success, a
+daemon restarted a moment later (which learns what runs on its node from the
+API) cannot have lost the placement, nor a clear.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
 from meshwire.control.daemon.placements import PlacementKeeper
@@ -41,6 +47,17 @@ log = logging.getLogger(__name__)
 # were only seen at 310 ms.
 POLL_MIN = 0.01
 POLL_MAX = 0.05
+# A status write already on its way gets at least this long, even when the
+# links took all of `cni.add_timeout`.
+WRITE_GRACE = 0.5
+
+
+class StatusSink(Protocol):
+    """The status writer, as the handler uses it."""
+
+    def set(self, key: str, if_container: str | None = None, **fields: str) -> None: ...
+
+    async def written(self, key: str) -> None: ...
 
 
 class DaemonCniHandler:
@@ -50,7 +67,7 @@ class DaemonCniHandler:
         topologies: TopologyTable,
         desired: DesiredLinks,
         reconciler: LinkReconciler,
-        set_status: Callable[..., None],
+        status: StatusSink,
         add_timeout: float,
         not_ready: Callable[[], str],
         placements: PlacementKeeper,
@@ -59,12 +76,13 @@ class DaemonCniHandler:
         self.topologies = topologies
         self.desired = desired
         self.reconciler = reconciler
-        self._set_status = set_status
+        self._status = status
         self.add_timeout = add_timeout
         self._not_ready = not_ready
         self.placements = placements
 
     async def add(self, request: CniRequest) -> None:
+        deadline = asyncio.get_running_loop().time() + self.add_timeout
         topology = await self._topology(request)
         if topology is None:
             return
@@ -73,9 +91,11 @@ class DaemonCniHandler:
         # A new sandbox: its links are checked against the kernel even when they
         # derive as before (a netns at the same path, a DEL that never came).
         self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))
-        await self._wait_links(topology.key)
+        await self._wait_links(topology.key, deadline)
+        await self._wait_written(topology.key, deadline)
 
     async def delete(self, request: CniRequest) -> None:
+        deadline = asyncio.get_running_loop().time() + self.add_timeout
         topology = await self._topology(request)
         if request.pod is not None:
             self.placements.deleted(request.pod.key, request.container_id)
@@ -93,6 +113,7 @@ class DaemonCniHandler:
         if topology.status.src_ip and topology.status.src_ip != self.node_ip:
             return
         self._place(topology, "", "", src_ip="", if_container=request.container_id or None)
+        await self._wait_written(topology.key, deadline)
 
     async def check(self, request: CniRequest) -> None:
         topology = await self._topology(request)
@@ -144,9 +165,9 @@ class DaemonCniHandler:
             self.topologies.upsert(dataclasses.replace(topology, status=status))
         fields = {"src_ip": node, "net_ns": netns, "container_id": container_id}
         if if_container is None:
-            self._set_status(topology.key, **fields)
+            self._status.set(topology.key, **fields)
         else:
-            self._set_status(topology.key, if_container=if_container, **fields)
+            self._status.set(topology.key, if_container=if_container, **fields)
 
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.
@@ -167,9 +188,18 @@ class DaemonCniHandler:
                 converging = True
         return converging, errors
 
-    async def _wait_links(self, pod_key: str) -> None:
+    async def _wait_written(self, pod_key: str, deadline: float) -> None:
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(self._status.written(pod_key), max(remaining, WRITE_GRACE))
+        except TimeoutError:
+            raise CniError(
+                ErrorCode.TRY_AGAIN_LATER,
+                f"pod {pod_key}: status not written to the API within {self.add_timeout:g}s",
+            ) from None
+
+    async def _wait_links(self, pod_key: str, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.add_timeout
         delay = POLL_MIN
         while True:
             converging, errors = self._progress(pod_key)

@@ -24,7 +24,9 @@ fields set meanwhile join the conditional write. A write whose condition no
 longer holds is dropped.
 
 Lifecycle: `start()` on the running loop, `set()` any number of times,
-`await flush()` to wait until everything recorded is written, `await close()`;
+`await written(key)` to wait until one topology's fields are written (CNI ADD
+and DEL answer only then), `await flush()` to wait until everything recorded
+is written, `await close()`;
 after close `set()` is a no-op and anything unwritten is abandoned.
 """
 
@@ -166,6 +168,9 @@ class StatusWriter:
         self._conditions: dict[str, str] = {}
         # Keys a worker has taken from the queue and not yet finished.
         self._writing: set[str] = set()
+        # ns/name -> futures of `written` callers, resolved once the key is in
+        # neither _pending nor _writing (or the writer closes).
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         # Set iff _pending and _writing are both empty, or the writer is closed.
         self._idle = asyncio.Event()
         self._idle.set()
@@ -225,6 +230,18 @@ class StatusWriter:
         """
         await self._idle.wait()
 
+    async def written(self, key: str) -> None:
+        """Wait until every field recorded for `key` so far is written, or dropped (the
+        object is gone, or the write's condition no longer holds).
+
+        Fields set meanwhile are waited for too, and failed writes are retried
+        with backoff: bound it with a timeout. Returns at once after close().
+        """
+        while not self._closed and (key in self._pending or key in self._writing):
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault(key, []).append(done)
+            await done
+
     async def close(self) -> None:
         """Stop the workers, cancelling a write in flight; unwritten fields are abandoned."""
         self._closed = True
@@ -236,6 +253,8 @@ class StatusWriter:
         self._pending.clear()
         self._conditions.clear()
         self._writing.clear()
+        for key in list(self._waiters):
+            self._wake(key)
         self._idle.set()
 
     @property
@@ -251,8 +270,15 @@ class StatusWriter:
             finally:
                 self._writing.discard(key)
                 self._queue.done(key)
+                if key not in self._pending:
+                    self._wake(key)
                 if not self._pending and not self._writing:
                     self._idle.set()
+
+    def _wake(self, key: str) -> None:
+        for done in self._waiters.pop(key, []):
+            if not done.done():
+                done.set_result(None)
 
     async def _write(self, key: str) -> None:
         """One write for `key`; afterwards the key is requeued if it has fields pending."""
