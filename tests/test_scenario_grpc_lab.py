@@ -229,6 +229,32 @@ def test_a_daemon_killed_and_restarted_reattaches_its_taps_without_recreating_th
     assert {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")} == before
 
 
+@pytest.mark.parametrize("seconds", [3, 25])
+def test_a_node_cut_off_the_network_and_plugged_back_gets_its_wires_back_as_they_were(
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str], seconds: int
+) -> None:
+    # 25 s outlasts the streams' TCP user timeout (20 s): the connections fail and
+    # are opened again; 3 s is waited out by TCP's retransmissions.
+    lab = grpc_lab("3node.yml", 2)
+    check(lab, capsys)
+    taps = {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")}
+    before = [stream_refs(settled(lab, node)) for node in (1, 2)]
+
+    capsys.readouterr()
+    assert lab.run("partition", "node2", "--seconds", str(seconds)) == 0
+    healed = time.monotonic()
+
+    ping = in_pod(lab, "r1", "ping", "-c", "1", "-W", "1", "12.12.12.2")
+    while subprocess.run(ping, capture_output=True, check=False).returncode != 0:
+        assert time.monotonic() < healed + 60, "no ping across the wire after the partition"
+    with capsys.disabled():
+        print(f"\n[measured] {seconds} s partition: a ping crossed the wire "
+              f"{time.monotonic() - healed:.1f} s after it ended")  # fmt: skip
+    check(lab, capsys)
+    assert {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")} == taps
+    assert [stream_refs(settled(lab, node)) for node in (1, 2)] == before
+
+
 def test_with_offloads_off_the_wire_carries_full_size_frames_unchanged(
     grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
 ) -> None:

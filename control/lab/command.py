@@ -18,7 +18,7 @@ from meshwire.control.lab.down import down
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.links import lab_links, topologies_of
 from meshwire.control.lab.names import LabNames, check_lab_name
-from meshwire.control.lab.ops import kill_api, kill_daemon, move_pod, restart_pod
+from meshwire.control.lab.ops import kill_api, kill_daemon, move_pod, partition_node, restart_pod
 from meshwire.control.lab.progress import for_stream
 from meshwire.control.lab.render import summary
 from meshwire.control.lab.runtime import MeshwireRuntime, Runtime
@@ -62,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
     p = command("kill-daemon", "SIGKILL a node's daemon and start it again")
     p.add_argument("node")
     command("kill-api", "SIGKILL the embedded API and start it again")
+    p = command("partition", "cut a node off the underlay for a while, then plug it back")
+    p.add_argument("node")
+    p.add_argument("--seconds", type=float, default=5.0, help="how long (default 5)")
     command("down", "remove everything the lab made")
     return top
 
@@ -121,4 +124,6 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
         print(kill_daemon(lab, state, chosen, args.node))
     elif args.command == "kill-api":
         print(kill_api(lab, state, chosen))
+    elif args.command == "partition":
+        print(partition_node(state, args.node, args.seconds))
     return 0

@@ -81,6 +81,21 @@ def create_node(names: LabNames, node: str, ip: str) -> None:
     _in(node_ns, address_node, f"node {node}: underlay {node_port}")
 
 
+def set_plugged(names: LabNames, node: str, plugged: bool) -> None:
+    """Cut the node off the underlay (its hub port down: no carrier on its eth0) or
+    plug it back. The node's processes run on; only the wire between them is cut."""
+    port = names.hub_port(node)
+
+    def switch() -> None:
+        with IPRoute() as ipr:
+            found = ipr.link_lookup(ifname=port)
+            if not found:
+                raise LabError(f"node {node}: hub port {port} missing")
+            ipr.link("set", index=found[0], state="up" if plugged else "down")
+
+    _in(names.hub_netns, switch, f"node {node}: hub port {port}")
+
+
 def _add_address(ipr: IPRoute, index: int, ip: str) -> None:
     try:
         ipr.addr("add", index=index, address=ip, prefixlen=UNDERLAY_PREFIX_LEN)

@@ -1,5 +1,5 @@
 """Disturbing a running lab the way a cluster would: a pod restarts, a pod moves, a daemon
-dies, the API server restarts.
+dies, the API server restarts, a node drops off the network for a while.
 
 Each operation records its effect in the state file as it goes, so `down`
 stays exact. Without daemons (`up --no-daemon`) the pod operations only redo
@@ -8,12 +8,17 @@ the namespaces.
 
 from __future__ import annotations
 
-from meshwire.control.lab import pods, processes
+import time
+
+from meshwire.control.lab import nodes, pods, processes
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.runtime import Runtime
 from meshwire.control.lab.state import LabDir, LabState
 from meshwire.control.lab.up import start_api, start_daemon, wait_ready
+
+# A partition longer than this is a node lost, not a partition the lab waits out.
+MAX_PARTITION = 600.0
 
 
 def restart_pod(lab: LabDir, state: LabState, runtime: Runtime, name: str) -> str:
@@ -67,3 +72,20 @@ def kill_api(lab: LabDir, state: LabState, runtime: Runtime) -> str:
     new = state.process("api")
     assert new is not None
     return f"embedded API pid {record.pid} killed, restarted as pid {new.pid}"
+
+
+def partition_node(state: LabState, node: str, seconds: float) -> str:
+    """Cut `node` off the underlay for `seconds`, then plug it back (always, even when
+    interrupted). Its daemon loses the API and every peer meanwhile; what crosses
+    nodes stops, and must come back by itself."""
+    if node not in state.nodes:
+        raise LabError(f"lab {state.name}: node {node!r} is not one of {', '.join(state.nodes)}")
+    if not 0 < seconds <= MAX_PARTITION:
+        raise LabError(f"partition of {seconds:g}s: give 0 < seconds <= {MAX_PARTITION:g}")
+    names = LabNames(state.name)
+    nodes.set_plugged(names, node, False)
+    try:
+        time.sleep(seconds)
+    finally:
+        nodes.set_plugged(names, node, True)
+    return f"node {node}: off the underlay for {seconds:g}s, plugged back"
