@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,3 +88,38 @@ def test_kill_api_replaces_the_api_on_its_address_and_down_still_stops_both(
     assert after["api_port"] == before["api_port"]
     assert lab.run("down") == 0
     assert not pid_alive(apis[-1]["pid"])
+
+
+def hub_port_up(lab: Lab, node_index: int) -> bool:
+    out = subprocess.run(
+        ["ip", "-n", f"{lab.prefix}hub", "-j", "link", "show", f"{lab.prefix}h{node_index}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return "UP" in json.loads(out)[0]["flags"]
+
+
+def test_partition_cuts_the_node_off_for_the_time_given_and_plugs_it_back(lab: Lab) -> None:
+    seen: list[bool] = []
+    watcher = threading.Thread(target=lambda: (time.sleep(0.3), seen.append(hub_port_up(lab, 2))))
+    watcher.start()
+    assert lab.run("partition", "node2", "--seconds", "1") == 0
+    watcher.join()
+    assert seen == [False]
+    assert hub_port_up(lab, 2) and hub_port_up(lab, 1)
+
+
+@pytest.mark.parametrize(
+    ("words", "error"),
+    [
+        (("node9",), "node 'node9' is not one of node1, node2"),
+        (("node1", "--seconds", "0"), "give 0 < seconds <= 600"),
+    ],
+)
+def test_a_partition_of_an_unknown_node_or_no_time_is_refused(
+    lab: Lab, capsys: pytest.CaptureFixture[str], words: tuple[str, ...], error: str
+) -> None:
+    assert lab.run("partition", *words) == 1
+    assert error in capsys.readouterr().err
+    assert hub_port_up(lab, 1)
