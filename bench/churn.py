@@ -18,12 +18,14 @@ time, each on a random pod or node, without waiting for the lab to settle
   - kill a node's daemon with SIGKILL and start it again (1);
   - kill the embedded API with SIGKILL and start it again (1): every
     daemon's watch breaks, and CNI calls and edits fail until it is back;
+  - cut a node off the underlay for 1-4 s (1): its daemon loses the API and
+    its peers, and what crosses nodes stops until it is plugged back;
   - in a lab with gRPC wires, also kill one of a node's dataplane workers
     with SIGKILL (1): its daemon starts another and hands it its TAPs.
 
-The pod, daemon and API operations are the lab's own (`meshwire lab
-restart-pod`, `move-pod`, `kill-daemon`, `kill-api`), run in this process on
-one state. A pod is never operated on twice at once. A CNI call that fails
+The operations are the lab's own (`meshwire lab restart-pod`, `move-pod`,
+`kill-daemon`, `kill-api`, `partition`), run in this process on one state. A
+pod, a node or the API is never operated on twice at once. A CNI call that fails
 (its node's daemon or the API is down) is retried the way a kubelet retries
 a sandbox: after 0.5 s, doubling to 4 s, as a restart of the pod; a failed
 `apply` is retried the same way, as a user or a controller would.
@@ -80,7 +82,10 @@ from meshwire.control.lab.state import LabDir, LabState
 
 MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
 APPLY = [sys.executable, "-m", "meshwire.control.cli", "apply"]
-WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1, "api": 1, "worker": 1}
+WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1, "api": 1, "partition": 1, "worker": 1}
+# How long a partition lasts, at random: within TCP's patience (the wire's streams
+# survive it) but long enough to lose the API and in-flight handshakes.
+PARTITION_SECONDS = (1.0, 4.0)
 # The key the API operation is serialized on (one restart of it at a time).
 API = "api"
 RETRY_FIRST, RETRY_MAX, RETRIES = 0.5, 4.0, 30
@@ -139,6 +144,7 @@ class Churn:
             "move": lambda: ops.move_pod(self.lab, self.state, self.runtime, name, node),
             "kill": lambda: self._kill(target),
             "api": self._kill_api,
+            "partition": lambda: ops.partition_node(self.state, target, float(node)),
             "edit": lambda: self._edit(int(target)),
             "worker": lambda: self._kill_worker(target),
         }
@@ -220,7 +226,8 @@ class Churn:
 
 
 def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str, str, str]]:
-    """(kind, target: a pod key, a node or a link uid, node to move to) per operation."""
+    """(kind, target: a pod key, a node or a link uid, the node to move to or the
+    seconds of a partition) per operation."""
     links = len({link["uid"] for obj in state.topologies for link in obj["spec"]["links"]})
     pods, nodes = sorted(state.pods), sorted(state.nodes)
     weights = {k: w for k, w in WEIGHTS.items() if k != "worker" or wires(state)}
@@ -229,6 +236,8 @@ def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str,
     for kind in kinds:
         if kind in ("kill", "worker"):
             out.append((kind, rng.choice(nodes), ""))
+        elif kind == "partition":
+            out.append((kind, rng.choice(nodes), f"{rng.uniform(*PARTITION_SECONDS):.1f}"))
         elif kind == "api":
             out.append((kind, API, ""))
         elif kind == "edit":
