@@ -282,8 +282,27 @@ def leftovers(names: LabNames, churn: Churn, links: list[LabLink]) -> list[str]:
             pod = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
             netns = names.pod_netns(obj["metadata"]["namespace"], obj["metadata"]["name"])
             if link["local_intf"] in netns_ends(netns):
-                found.append(f"link {uid} was removed but {pod}:{link['local_intf']} is left")
+                what = describe(netns, link["local_intf"])
+                found.append(
+                    f"link {uid} was removed but {pod}:{link['local_intf']} is left ({what})"
+                )
     return found
+
+
+def describe(netns: str, intf: str) -> str:
+    """Kind, alias (meshwire's mark) and ifindex of an interface, for a failure report."""
+    done = subprocess.run(
+        ["ip", "-n", netns, "-d", "-j", "link", "show", intf],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        (link,) = json.loads(done.stdout)
+    except ValueError:
+        return done.stderr.strip() or "gone"
+    kind = link.get("linkinfo", {}).get("info_kind", "?")
+    return f"{kind}, alias {link.get('ifalias', '')!r}, ifindex {link.get('ifindex')}"
 
 
 def problems(state: LabState, links: list[LabLink], seen: dict[str, dict[str, float]]) -> list[str]:

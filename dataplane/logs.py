@@ -16,6 +16,11 @@ from typing import Literal
 
 LogFormat = Literal["json", "text"]
 
+# Libraries whose debug output is per message or per event loop (pyroute2 logs
+# every netlink message: 30 MB per daemon in a churn run): they stay at info
+# when meshwire logs at debug.
+QUIET_AT_DEBUG = ("pyroute2", "asyncio", "aiohttp", "grpc", "kubernetes", "urllib3")
+
 
 class JsonFormatter(logging.Formatter):
     def __init__(self, fields: dict[str, object] | None = None) -> None:
@@ -50,3 +55,5 @@ def setup_logging(level: str, fmt: LogFormat, node: str, worker: int | None = No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in QUIET_AT_DEBUG:
+        logging.getLogger(name).setLevel(max(root.level, logging.INFO))

@@ -137,6 +137,7 @@ class LinkReconciler:
                 # Popped only once the delete succeeded: a failed delete is retried.
                 old = self._deleted.get(key) or self._realised.get(key)
                 if old is not None:
+                    log.debug("link %s: delete %s in %s", key, old.kind.value, old.local.netns)
                     await self._call(self.driver.delete, old)
                 self._deleted.pop(key, None)
                 self._realised.pop(key, None)
@@ -145,7 +146,14 @@ class LinkReconciler:
                 return
             previous = self._realised.get(key)
             if previous is not None and _placement(previous) != _placement(row):
+                log.debug(
+                    "link %s: delete %s in %s (moved)",
+                    key,
+                    previous.kind.value,
+                    previous.local.netns,
+                )
                 await self._call(self.driver.delete, previous)
+            log.debug("link %s: update %s in %s", key, row.kind.value, row.local.netns)
             await self._call(self.driver.update, row)
         except Exception as exc:  # every failure is recorded and retried, never dropped
             self._failed(key, row, exc)
