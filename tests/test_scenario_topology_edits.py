@@ -45,22 +45,24 @@ def by_name(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {obj["metadata"]["name"]: obj for obj in objects}
 
 
+def remove_link_3(lab: OneNodeLab) -> None:
+    """Apply 3node.yml without link 3 (r2:eth2 -- r3:eth2); wait until both ends are gone."""
+    edited = by_name(topologies("3node.yml"))
+    for pod in ("r2", "r3"):
+        edited[pod]["spec"]["links"] = [x for x in edited[pod]["spec"]["links"] if x["uid"] != 3]
+    lab.apply(list(edited.values()))
+    wait_until(
+        lambda: "eth2" not in lab.interfaces("r2") and "eth2" not in lab.interfaces("r3"),
+        "both ends of link 3 gone",
+    )
+
+
 def test_a_link_removed_from_a_running_topology_loses_both_ends_and_nothing_else(
     tmp_path: Path,
 ) -> None:
     with one_node_lab(tmp_path, "3node.yml") as lab:
         before = settled_snapshot(lab)
-        edited = by_name(topologies("3node.yml"))
-        for pod in ("r2", "r3"):
-            edited[pod]["spec"]["links"] = [
-                x for x in edited[pod]["spec"]["links"] if x["uid"] != 3
-            ]
-        lab.apply(list(edited.values()))
-
-        wait_until(
-            lambda: "eth2" not in lab.interfaces("r2") and "eth2" not in lab.interfaces("r3"),
-            "both ends of link 3 gone",
-        )
+        remove_link_3(lab)
         del before["r2"]["eth2"], before["r3"]["eth2"]
         assert snapshot(lab) == before
         assert lab.ping("r2", "12.12.12.1") and lab.ping("r3", "13.13.13.1")
@@ -83,16 +85,7 @@ def test_an_api_server_restart_stops_no_link_and_a_later_edit_still_arrives(
         assert sent > 0 and received == sent, summary
         assert snapshot(lab) == before
 
-        edited = by_name(topologies("3node.yml"))
-        for pod in ("r2", "r3"):
-            edited[pod]["spec"]["links"] = [
-                x for x in edited[pod]["spec"]["links"] if x["uid"] != 3
-            ]
-        lab.apply(list(edited.values()))
-        wait_until(
-            lambda: "eth2" not in lab.interfaces("r2") and "eth2" not in lab.interfaces("r3"),
-            "both ends of link 3 gone after the edit",
-        )
+        remove_link_3(lab)
 
 
 def test_a_topology_deleted_and_created_again_while_its_pod_runs_gets_its_links_back(

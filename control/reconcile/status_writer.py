@@ -99,15 +99,17 @@ class KubeStatusApi:
         self, namespace: str, name: str, status: dict[str, str], if_container: str | None = None
     ) -> None:
         body: dict[str, Any] = {"status": status}
+        topology: dict[str, Any] = {
+            "group": GROUP,
+            "version": VERSION,
+            "namespace": namespace,
+            "plural": PLURAL,
+            "name": name,
+        }
         try:
             if if_container is not None:
                 reply = await self._api.get_namespaced_custom_object_status(
-                    group=GROUP,
-                    version=VERSION,
-                    namespace=namespace,
-                    plural=PLURAL,
-                    name=name,
-                    _request_timeout=self._timeout,
+                    **topology, _request_timeout=self._timeout
                 )
                 current = cast(dict[str, Any], reply)  # the object as JSON
                 holder = (current.get("status") or {}).get("container_id", "")
@@ -119,11 +121,7 @@ class KubeStatusApi:
                 # A precondition: 409 Conflict if the object changed since the read.
                 body["metadata"] = {"resourceVersion": current["metadata"]["resourceVersion"]}
             await self._api.patch_namespaced_custom_object_status(
-                group=GROUP,
-                version=VERSION,
-                namespace=namespace,
-                plural=PLURAL,
-                name=name,
+                **topology,
                 body=body,
                 # The client's default for a dict body is merge patch too; naming
                 # it keeps a client upgrade from turning this into a replace.
