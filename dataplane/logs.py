@@ -17,9 +17,20 @@ from typing import Literal
 LogFormat = Literal["json", "text"]
 
 # Libraries whose debug output is per message or per event loop (pyroute2 logs
-# every netlink message: 30 MB per daemon in a churn run): they stay at info
-# when meshwire logs at debug.
+# every netlink message: 30 MB per daemon in a churn run): their lines below
+# info are dropped when meshwire logs at debug.
 QUIET_AT_DEBUG = ("pyroute2", "asyncio", "aiohttp", "grpc", "kubernetes", "urllib3")
+
+
+class _QuietLibraries(logging.Filter):
+    """A handler filter, not logger levels: pyroute2 resets its loggers' levels on import."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.INFO:
+            return True
+        return not any(
+            record.name == name or record.name.startswith(name + ".") for name in QUIET_AT_DEBUG
+        )
 
 
 class JsonFormatter(logging.Formatter):
@@ -52,8 +63,7 @@ def setup_logging(level: str, fmt: LogFormat, node: str, worker: int | None = No
         handler.setFormatter(
             logging.Formatter(f"%(asctime)s {who} %(levelname)s %(name)s: %(message)s")
         )
+    handler.addFilter(_QuietLibraries())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for name in QUIET_AT_DEBUG:
-        logging.getLogger(name).setLevel(max(root.level, logging.INFO))
