@@ -25,13 +25,12 @@ API) cannot have lost the placement, nor a clear.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Protocol
 
 from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
-from meshwire.control.daemon.placements import PlacementKeeper
+from meshwire.control.daemon.placements import PlacementKeeper, write_placement
 from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
@@ -158,16 +157,8 @@ class DaemonCniHandler:
         if_container: str | None = None,
     ) -> None:
         node = self.node_ip if src_ip is None else src_ip
-        status = dataclasses.replace(
-            topology.status, src_ip=node, net_ns=netns, container_id=container_id
-        )
-        if status != topology.status:
-            self.topologies.upsert(dataclasses.replace(topology, status=status))
-        fields = {"src_ip": node, "net_ns": netns, "container_id": container_id}
-        if if_container is None:
-            self._status.set(topology.key, **fields)
-        else:
-            self._status.set(topology.key, if_container=if_container, **fields)
+        placement = (node, netns, container_id)
+        write_placement(self.topologies, self._status.set, topology, placement, if_container)
 
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.

@@ -31,9 +31,36 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from meshwire.control.model.topology import Topology
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
+
+
+def write_placement(
+    topologies: TopologyTable,
+    set_status: Callable[..., None],
+    topology: Topology,
+    placement: tuple[str, str, str],
+    if_container: str | None = None,
+) -> None:
+    """Record where `topology`'s pod runs, `placement` being (`src_ip`, `net_ns`,
+    `container_id`), all empty for nowhere: in the table at once, so links are
+    derived from it now, and in the API through the status writer (conditional
+    with `if_container`, see status_writer.py)."""
+    src_ip, net_ns, container_id = placement
+    status = dataclasses.replace(
+        topology.status, src_ip=src_ip, net_ns=net_ns, container_id=container_id
+    )
+    if status != topology.status:
+        topologies.upsert(dataclasses.replace(topology, status=status))
+    set_status(
+        topology.key,
+        if_container=if_container,
+        src_ip=src_ip,
+        net_ns=net_ns,
+        container_id=container_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +119,8 @@ class PlacementKeeper:
                 key,
                 held.container_id,
             )
-            status = dataclasses.replace(
-                topology.status,
-                src_ip=self.node_ip,
-                net_ns=held.netns,
-                container_id=held.container_id,
-            )
-            self.topologies.upsert(dataclasses.replace(topology, status=status))
-            self._set_status(
-                key,
-                if_container="",
-                src_ip=self.node_ip,
-                net_ns=held.netns,
-                container_id=held.container_id,
-            )
+            placement = (self.node_ip, held.netns, held.container_id)
+            write_placement(self.topologies, self._set_status, topology, placement, "")
             restored.append(key)
         return restored
 
