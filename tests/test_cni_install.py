@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ KINDNET = {
         {"type": "portmap", "capabilities": {"portMappings": True}},
     ],
 }
+PT_INTERP = 3
 OURS = {"type": "meshnet", "name": "meshwire", "meshwire_socket": "/run/meshwire/cni.sock"}
 BRIDGE = {"cniVersion": "0.4.0", "name": "mynet", "type": "bridge", "bridge": "cni0"}
 
@@ -52,6 +55,30 @@ def read_json(path: Path) -> Any:
 
 def snapshot(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def elf_interpreter(binary: Path) -> bytes | None:
+    """The program interpreter (dynamic loader) an x86-64 ELF names, None if none."""
+    data = binary.read_bytes()
+    assert data[:5] == b"\x7fELF\x02", "expected a 64-bit ELF"
+    (phoff,) = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for k in range(phnum):
+        header = phoff + k * phentsize
+        p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", data, header)
+        if p_type == PT_INTERP:
+            return data[p_offset : p_offset + p_filesz].rstrip(b"\0")
+    return None
+
+
+def test_the_shim_needs_no_loader_or_libc_from_the_host() -> None:
+    # The runtime execs it with the host's libc, which may be older than the
+    # image's: a dynamically linked shim failed with "GLIBC_2.34 not found".
+    assert elf_interpreter(build_c_shim()) is None
+
+
+def test_a_dynamically_linked_program_is_seen_as_one() -> None:
+    assert elf_interpreter(Path(sys.executable).resolve()) is not None
 
 
 def test_the_shim_lands_as_meshnet_and_is_chained_last_into_the_conflist(node: Path) -> None:

@@ -9,6 +9,7 @@ its Dockerfile is only checked against the repository it copies.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 
 import pytest
@@ -66,8 +67,29 @@ def dockerfile() -> str:
 
 
 def test_the_image_is_python_3_11_slim_and_builds_the_compiled_parts() -> None:
-    assert re.findall(r"^FROM (\S+)", dockerfile(), re.M)[-1] == "python:3.11-slim"
+    assert re.findall(r"^FROM (\S+)", dockerfile(), re.M)[-1] == "python:3.11-slim-bookworm"
     assert "bash scripts/build.sh" in dockerfile()
+
+
+def test_both_stages_build_on_the_same_pinned_debian_release() -> None:
+    # An unpinned tag moved from bookworm to trixie under us: the build stage
+    # and the runtime must agree on libc and libnghttp2.
+    bases = {line.split()[0] for line in re.findall(r"^FROM (.+)$", dockerfile(), re.M)}
+    assert bases == {"python:3.11-slim-bookworm"}
+
+
+def dockerignored() -> list[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return [line.strip().rstrip("/") for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_the_build_context_leaves_out_checkout_leftovers_but_nothing_the_image_copies() -> None:
+    ignored = dockerignored()
+    assert {".git", ".venv", "cext/build"} <= set(ignored)
+    for line in re.findall(r"^COPY (?!--from)(.+)$", dockerfile(), re.M):
+        *sources, _ = line.split()
+        for source in sources:
+            assert not any(fnmatch.fnmatch(source, pattern) for pattern in ignored), source
 
 
 def test_the_dockerfile_copies_only_what_exists_in_the_repository() -> None:

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Builds the C CNI shim (cext/cni_shim.c -> cext/build/meshwire-cni): libc only,
-# warnings are errors. Rebuilds only when the source is newer than the binary;
-# the binary appears atomically, so a concurrent build or test never execs half a file.
+# linked statically, warnings are errors. Static because `meshwire cni install`
+# copies the shim onto the host, where the container runtime runs it against
+# the host's libc, which may be older than the one it was built with.
+# Rebuilds only when the source or this script is newer than the binary; the
+# binary appears atomically, so a concurrent build or test never execs half a file.
 set -euo pipefail
 src=cext/cni_shim.c
 out=cext/build/meshwire-cni
 [[ -f $src ]] || exit 0
-if [[ -x $out && ! $src -nt $out ]]; then
+if [[ -x $out && ! $src -nt $out && ! ${BASH_SOURCE[0]} -nt $out ]]; then
   exit 0
 fi
 mkdir -p "$(dirname "$out")"
 tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
-${CC:-cc} -O2 -Wall -Wextra -Werror -std=c11 -o "$tmp" "$src"
+${CC:-cc} -O2 -Wall -Wextra -Werror -std=c11 -static -o "$tmp" "$src"
 chmod 0755 "$tmp"
 mv -f "$tmp" "$out"
 trap - EXIT
