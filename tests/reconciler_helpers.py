@@ -127,6 +127,9 @@ class FakeDriver:
                     del self.kernel[(end.netns, end.intf)]
             self.log.append(f"delete({row.key})")
 
+    def move(self, previous: LinkRow, row: LinkRow) -> None:
+        self.delete(previous)
+
     def owned(self, netns: str) -> list[OwnedInterface]:
         with self.lock:
             out = []

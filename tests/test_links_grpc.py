@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from links_helpers import (
@@ -23,10 +24,11 @@ from links_helpers import (
     netns_name,
 )
 
+from meshwire.control.links.driver import Drivers
 from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.links.grpc import GrpcDriver
 from meshwire.control.links.names import Role, temp_name
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import LinkKind, LinkRow
 from meshwire.control.wire.types import TapRef
 from meshwire.dataplane.tap import TapSpec, open_tap_in, tap_info
 
@@ -227,6 +229,38 @@ def test_a_pod_restarted_in_a_new_netns_gets_a_new_tap_there(
     assert ends.log == [f"attach {KEY} fd", f"attach {KEY} fd"]
     assert ends.held(KEY) == tap_ref(pod) != old
     assert tap_info(ends.fds[KEY]) == ("eth1", True)
+
+
+def test_a_pod_whose_new_sandbox_has_a_new_netns_path_keeps_its_wire(
+    namespaces: Namespaces, pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    # A runtime gives each sandbox its own netns path: the row's end moves, the
+    # wire (id, stream, far end) does not, so it is handed the new TAP, not torn down.
+    ends = new_ends()
+    drivers = Drivers({LinkKind.GRPC: GrpcDriver(ends)})
+    before, after = grpc_row(pod), grpc_row(namespaces.add("next"))
+    drivers.update(before)
+
+    drivers.move(before, after)
+    drivers.update(after)
+
+    assert ends.log == [f"attach {KEY} fd", f"attach {KEY} fd"]
+    assert "eth1" not in links(pod)
+    assert ends.held(KEY) == tap_ref(after.local.netns)
+
+
+def test_a_grpc_link_that_becomes_another_kind_stops_its_wire(
+    pod: str, new_ends: Callable[[], RecordingEnds]
+) -> None:
+    ends = new_ends()
+    drivers = Drivers({LinkKind.GRPC: GrpcDriver(ends)})
+    before = grpc_row(pod)
+    drivers.update(before)
+
+    drivers.move(before, replace(before, kind=LinkKind.VXLAN, vni=5007))
+
+    assert ends.log == [f"attach {KEY} fd", f"detach {KEY}"]
+    assert "eth1" not in links(pod) and KEY not in ends.fds
 
 
 def test_delete_removes_the_tap_and_stops_the_wire_and_is_idempotent(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..tables.links import LinkKind, LinkRow
 from . import iface
@@ -55,8 +55,25 @@ class KindDriver(Protocol):
         ...
 
 
+@runtime_checkable
+class KeepsAcrossMoves(Protocol):
+    """A kind whose link outlives its ends moving (grpc: the wire's id and
+    stream depend on the link, not on where its TAP is)."""
+
+    def vacate(self, row: LinkRow) -> None:
+        """Remove `row`'s interfaces but keep the link's state for the row that
+        replaces it; gone interfaces or netns are success."""
+        ...
+
+
 class LinkDriver(KindDriver, Protocol):
     """What the reconciler and the pruner use: every kind, plus marked-interface listing."""
+
+    def move(self, previous: LinkRow, row: LinkRow) -> None:
+        """Clear what `previous` realised before `row` (same key, ends elsewhere)
+        is: `vacate` when the kind stays and keeps its state across moves,
+        `delete` otherwise."""
+        ...
 
     def owned(self, netns: str) -> list[OwnedInterface]:
         """The marked interfaces in `netns`; empty if the netns is gone."""
@@ -86,6 +103,13 @@ class Drivers:
 
     def delete(self, row: LinkRow) -> None:
         self._driver(row).delete(row)
+
+    def move(self, previous: LinkRow, row: LinkRow) -> None:
+        driver = self._driver(previous)
+        if previous.kind is row.kind and isinstance(driver, KeepsAcrossMoves):
+            driver.vacate(previous)
+        else:
+            driver.delete(previous)
 
     def owned(self, netns: str) -> list[OwnedInterface]:
         with blame("", netns, ""):

@@ -68,8 +68,14 @@ class GrpcDriver:
 
     def delete(self, row: LinkRow) -> None:
         """Stop the wire and remove the TAP if it is this link's; a gone netns or TAP is success."""
-        mark = Mark(row.namespace, row.uid)
         self._wires.detach(row.key)
+        self.vacate(row)
+
+    def vacate(self, row: LinkRow) -> None:
+        """Remove the TAP if it is this link's and keep the wire: the row's TAP
+        moved (a pod's new sandbox has a new netns path), the far end did not,
+        so `update` hands the wire the new TAP's fd and the peer is not asked again."""
+        mark = Mark(row.namespace, row.uid)
         with blame(mark.link, row.local.netns, row.local.intf):
             temp = temp_name(row.key, Role.TAP)
             delete_end(row.local.netns, row.local.intf, KIND, mark, temp)

@@ -7,7 +7,7 @@ What a caller may rely on:
 - A row is realised by `driver.update(row)`, which reads the kernel back and
   repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
   deleting what does not exist is success. When a row's ends move (new netns,
-  new name) the old ends are deleted first.
+  new name) the old ends are cleared first (`driver.move`).
 - A `LinkError` is retried with per-key backoff (100 ms doubling to 60 s); a
   `SpecError` is recorded and waits for a change or the next full pass. Every
   failure is in `statuses`; nothing is dropped.
@@ -147,12 +147,12 @@ class LinkReconciler:
             previous = self._realised.get(key)
             if previous is not None and _placement(previous) != _placement(row):
                 log.debug(
-                    "link %s: delete %s in %s (moved)",
+                    "link %s: clear %s in %s (moved)",
                     key,
                     previous.kind.value,
                     previous.local.netns,
                 )
-                await self._call(self.driver.delete, previous)
+                await self._call(self.driver.move, previous, row)
             log.debug("link %s: update %s in %s", key, row.kind.value, row.local.netns)
             await self._call(self.driver.update, row)
         except Exception as exc:  # every failure is recorded and retried, never dropped
@@ -181,10 +181,10 @@ class LinkReconciler:
         if not permanent:
             self.queue.add_rate_limited(key)
 
-    async def _call(self, method: Callable[[LinkRow], None], row: LinkRow) -> None:
+    async def _call(self, method: Callable[..., None], *rows: LinkRow) -> None:
         if self._closed:
             return
-        await asyncio.get_running_loop().run_in_executor(self._pool, method, row)
+        await asyncio.get_running_loop().run_in_executor(self._pool, method, *rows)
 
     # -- status ---------------------------------------------------------------
 
