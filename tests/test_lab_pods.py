@@ -44,6 +44,24 @@ def test_restart_pod_gives_a_new_container_id_and_a_new_namespace(lab: Lab, tmp_
     assert os.stat(netns_path(after["netns"])).st_ino != inode
 
 
+def sandbox(lab: Lab, pod: dict[str, Any]) -> Path:
+    return lab.directory / "sandboxes" / f"default.{pod['name']}.{pod['container_id'][:12]}"
+
+
+def test_each_sandbox_has_its_own_netns_path_and_a_restart_retires_the_old_one(
+    lab: Lab, tmp_path: Path
+) -> None:
+    before = state(lab)["pods"]["default/r1"]
+    old = sandbox(lab, before)
+    assert os.stat(old).st_ino == os.stat(netns_path(before["netns"])).st_ino
+
+    assert lab.run("restart-pod", "r1", runtime=StubRuntime(tmp_path)) == 0
+
+    after = state(lab)["pods"]["default/r1"]
+    assert not os.path.lexists(old), "a late CNI call for the old sandbox would reach the new one"
+    assert os.stat(sandbox(lab, after)).st_ino == os.stat(netns_path(after["netns"])).st_ino
+
+
 def test_move_pod_puts_it_on_the_other_node(lab: Lab, tmp_path: Path) -> None:
     assert lab.run("move-pod", "r1", "node2", runtime=StubRuntime(tmp_path)) == 0
 

@@ -2,7 +2,12 @@
 
 A pod's netns is `mwl<lab>-<namespace>.<pod>`. `attach` is what a runtime does
 when a pod starts (CNI ADD with a fresh container id); `detach` is what it does
-when the pod stops (CNI DEL with the same id). Both record the pod in the
+when the pod stops (CNI DEL with the same id). As with a real runtime, the
+CNI_NETNS a sandbox is given names that sandbox alone: a link in the lab
+directory, `sandboxes/<namespace>.<pod>.<container id>`, made before the ADD
+and removed with the namespace. A node acting late on a sandbox that is gone
+then finds nothing, where a shared path would lead it into the namespace of
+the pod's next sandbox, perhaps on another node. Both record the pod in the
 state before acting. `create_all` and `attach_all` do the same for all the
 pods of `up`, concurrently and with one state write each. Without daemons
 (`--no-daemon`) only the namespaces exist.
@@ -13,6 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
 
 from meshwire.control.lab import netns
 from meshwire.control.lab.cni import CniCall, invoke
@@ -26,6 +32,8 @@ from meshwire.control.lab.state import LabDir, LabState, PodRecord
 PARALLEL = 16
 # Failed pods named in `attach_all`'s error.
 SHOWN = 3
+# Hex digits of the container id in a sandbox's path: unique enough in one lab.
+SANDBOX_ID = 12
 
 
 def new_container_id() -> str:
@@ -71,11 +79,12 @@ def attach_all(
     """
     for pod in records:
         pod.container_id = new_container_id()
+        _link_sandbox(lab, pod)
     failed: list[str] = []
     try:
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             futures = {
-                pool.submit(_add, state, pod, shim): pod for pod in records if shim is not None
+                pool.submit(_add, lab, state, pod, shim): pod for pod in records if shim is not None
             }
             for future in as_completed(futures):
                 error = future.exception()
@@ -93,29 +102,33 @@ def attach_all(
         )
 
 
-def _add(state: LabState, pod: PodRecord, shim: list[str] | None) -> None:
+def _add(lab: LabDir, state: LabState, pod: PodRecord, shim: list[str] | None) -> None:
     if shim is not None:
-        invoke(shim, _call("ADD", state, pod))
+        invoke(shim, _call("ADD", lab, state, pod))
 
 
 def attach(lab: LabDir, state: LabState, pod: PodRecord, shim: list[str] | None) -> None:
     """CNI ADD the pod on its node with a new container id; `shim` None: no daemons."""
     pod.container_id = new_container_id()
     lab.save(state)
+    _link_sandbox(lab, pod)
     if shim is not None:
-        invoke(shim, _call("ADD", state, pod))
+        invoke(shim, _call("ADD", lab, state, pod))
 
 
 def detach(lab: LabDir, state: LabState, pod: PodRecord, shim: list[str] | None) -> None:
     """CNI DEL the pod from its node; a pod never attached needs nothing."""
     if shim is not None and pod.container_id:
-        invoke(shim, _call("DEL", state, pod))
+        invoke(shim, _call("DEL", lab, state, pod))
     pod.container_id = ""
     lab.save(state)
 
 
 def recreate_netns(lab: LabDir, state: LabState, pod: PodRecord) -> None:
-    """A restarted pod gets a new namespace, as a new sandbox does."""
+    """A restarted pod gets a new namespace, as a new sandbox does; the paths
+    its old sandboxes were given go with the old namespace."""
+    for link in lab.sandboxes.glob(f"{pod.namespace}.{pod.name}.*"):
+        link.unlink(missing_ok=True)
     netns.delete(pod.netns)
     create_netns(lab, state, pod)
 
@@ -124,11 +137,23 @@ def record(names: LabNames, namespace: str, name: str, node: str) -> PodRecord:
     return PodRecord(namespace, name, names.pod_netns(namespace, name), node)
 
 
-def _call(command: str, state: LabState, pod: PodRecord) -> CniCall:
+def sandbox_path(lab: LabDir, pod: PodRecord) -> Path:
+    """The CNI_NETNS of the pod's current sandbox."""
+    return lab.sandboxes / f"{pod.namespace}.{pod.name}.{pod.container_id[:SANDBOX_ID]}"
+
+
+def _link_sandbox(lab: LabDir, pod: PodRecord) -> None:
+    path = sandbox_path(lab, pod)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    path.symlink_to(netns_path(pod.netns))
+
+
+def _call(command: str, lab: LabDir, state: LabState, pod: PodRecord) -> CniCall:
     return CniCall(
         command=command,
         container_id=pod.container_id,
-        netns=netns_path(pod.netns),
+        netns=str(sandbox_path(lab, pod)),
         pod_namespace=pod.namespace,
         pod_name=pod.name,
         socket=state.nodes[pod.node].socket,

@@ -144,6 +144,11 @@ class LabDir:
         """Where the lab keeps its copy of the lab file; the name is kept (it hints the format)."""
         return self.path / "input" / original.name
 
+    @property
+    def sandboxes(self) -> Path:
+        """Where each pod sandbox's CNI_NETNS link lives (see pods.py)."""
+        return self.path / "sandboxes"
+
     def node_dir(self, node: str) -> Path:
         return self.path / "nodes" / node
 
