@@ -2,15 +2,16 @@
 
 A pod's netns is `mwl<lab>-<namespace>.<pod>`. `attach` is what a runtime does
 when a pod starts (CNI ADD with a fresh container id); `detach` is what it does
-when the pod stops (CNI DEL with the same id). As with a real runtime, the
-CNI_NETNS a sandbox is given names that sandbox alone: a link in the lab
-directory, `sandboxes/<namespace>.<pod>.<container id>`, made before the ADD
-and removed with the namespace. A node acting late on a sandbox that is gone
-then finds nothing, where a shared path would lead it into the namespace of
-the pod's next sandbox, perhaps on another node. Both record the pod in the
+when the pod stops (CNI DEL with the same id). Both record the pod in the
 state before acting. `create_all` and `attach_all` do the same for all the
 pods of `up`, concurrently and with one state write each. Without daemons
 (`--no-daemon`) only the namespaces exist.
+
+As with a real runtime, the CNI_NETNS a sandbox is given names that sandbox
+alone: a link in the lab directory, `sandboxes/<namespace>.<pod>.<container
+id>`, made before the ADD and removed with the namespace. A node acting late
+on a sandbox that is gone then finds nothing, where a shared path would lead
+it into the namespace of the pod's next sandbox, perhaps on another node.
 """
 
 from __future__ import annotations
