@@ -126,7 +126,7 @@ class DataplaneConfig(_Section):
 class MetricsConfig(_Section):
     listen: str = Field(
         default=":51100",
-        description="Serves /metrics (Prometheus), /healthz and /readyz. HOST:PORT, an "
+        description="Serves /metrics (Prometheus), /healthz, /readyz and /links. HOST:PORT, an "
         "IPv6 host in brackets; no HOST: every address, IPv4 and IPv6 (kubelet probes "
         "the node's address, whichever family it is); 0.0.0.0: IPv4 only.",
     )

@@ -110,12 +110,18 @@ class OneNodeLab:
         """What `meshwire lab status --json` prints."""
         return gather(self.state(), self.names)
 
+    def daemon_get(self, path: str) -> tuple[int, str]:
+        """(status, body) of a GET on the node daemon's metrics port."""
+        host, _, port = self.state().nodes[NODE].metrics.rpartition(":")
+        answer = http_get(host, int(port), path, netns=self.node_netns)
+        assert answer is not None, f"no answer to {path} from {NODE}'s daemon"
+        return answer
+
     def metric(self, name: str) -> float:
         """A sample of the node daemon's /metrics (0 when the series is absent)."""
-        host, _, port = self.state().nodes[NODE].metrics.rpartition(":")
-        answer = http_get(host, int(port), "/metrics", netns=self.node_netns)
-        assert answer is not None and answer[0] == 200, f"no /metrics from {NODE}'s daemon"
-        match = re.search(rf"^{re.escape(name)} (\S+)$", answer[1], re.MULTILINE)
+        code, body = self.daemon_get("/metrics")
+        assert code == 200, f"/metrics from {NODE}'s daemon: {code}"
+        match = re.search(rf"^{re.escape(name)} (\S+)$", body, re.MULTILINE)
         return float(match.group(1)) if match else 0.0
 
     def links(self) -> list[LabLink]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -59,3 +61,36 @@ async def test_an_ipv6_host_in_brackets_serves_that_address_only(served: int) ->
 async def test_an_ipv4_host_serves_that_address_only(served: int) -> None:
     assert await status(f"http://127.0.0.1:{served}/healthz") == 200
     assert await status(f"http://[::1]:{served}/healthz") is None
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+        session.get(url) as answer,
+    ):
+        return answer.status, await answer.text()
+
+
+async def test_links_answers_the_report_for_the_state_asked_and_400_for_a_bad_one() -> None:
+    asked: list[str] = []
+
+    def links(state: str) -> list[dict[str, Any]]:
+        asked.append(state)
+        if state == "bogus":
+            raise ValueError("state 'bogus' is not one of pending, done, error")
+        return [{"key": "lab/1", "state": state or "done"}]
+
+    port = free_port()
+    server = HealthServer(f"127.0.0.1:{port}", CollectorRegistry(), lambda: "", links)
+    await server.start()
+    try:
+        every = await get(f"http://127.0.0.1:{port}/links")
+        failing = await get(f"http://127.0.0.1:{port}/links?state=error")
+        bad = await get(f"http://127.0.0.1:{port}/links?state=bogus")
+    finally:
+        await server.stop()
+
+    assert (every[0], json.loads(every[1])) == (200, [{"key": "lab/1", "state": "done"}])
+    assert (failing[0], json.loads(failing[1])) == (200, [{"key": "lab/1", "state": "error"}])
+    assert bad == (400, "state 'bogus' is not one of pending, done, error\n")
+    assert asked == ["", "error", "bogus"]

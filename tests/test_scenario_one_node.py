@@ -7,6 +7,7 @@ ping across every link, `lab status --json`, the daemon's metrics.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,11 @@ def test_an_interface_meshwire_did_not_create_is_never_deleted_even_holding_a_wa
             return "meshwire did not create" in pods_status["default/r2"]["plumbing_error"]
 
         wait_until(reported, "a plumbing_error on r2 naming the foreign eth2")
+        code, body = lab.daemon_get("/links?state=error")
+        (failing,) = json.loads(body)
+        ends = {(failing[end]["pod"], failing[end]["intf"]) for end in ("local", "peer")}
+        assert code == 200 and ("default/r2", "eth2") in ends and failing["permanent"]
+        assert "meshwire did not create" in failing["error"]
         lab.kill_daemon()
         assert read_interfaces(lab.pod_netns("r2"))["eth2"] == foreign
         # r3's other link is built all the same.

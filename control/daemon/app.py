@@ -25,6 +25,7 @@ from meshwire.control.cni.endpoint import CniEndpoint
 from meshwire.control.config import Config
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
+from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.informer.client import make_api_client
@@ -143,7 +144,12 @@ class Daemon:
             placements,
         )
         endpoint = CniEndpoint(self.config.cni.socket, handler)
-        health = HealthServer(self.config.metrics.listen, self.metrics.registry, self.not_ready)
+        health = HealthServer(
+            self.config.metrics.listen,
+            self.metrics.registry,
+            self.not_ready,
+            lambda state: link_report(self.links.values(), self.reconciler.statuses, state),
+        )
         await health.start()
         if self.wire is not None:
             self.metrics.registry.register(WireCollector(self.wire))

@@ -1,13 +1,18 @@
-"""The daemon's HTTP endpoint: `/healthz`, `/readyz` and `/metrics` (config `metrics.listen`).
+"""The daemon's HTTP endpoint: `/healthz`, `/readyz`, `/metrics` and `/links`
+(config `metrics.listen`).
 
 `/healthz` answers 200 while the event loop runs. `/readyz` answers 200 once
 the informer has synced and the initial reconciliation is done, and 503 with
-the missing condition before that. `/metrics` is Prometheus text.
+the missing condition before that. `/metrics` is Prometheus text. `/links`
+is the node's link ends with their state as JSON (link_report.py);
+`/links?state=error` only the failing ones, an unknown state is a 400.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -21,13 +26,16 @@ class HealthServer:
         listen: str,
         registry: CollectorRegistry,
         not_ready: Callable[[], str],
+        links: Callable[[str], list[dict[str, Any]]] = lambda state: [],
     ) -> None:
-        """`not_ready()` returns "" when ready, else what is still missing."""
+        """`not_ready()` returns "" when ready, else what is still missing;
+        `links(state)` the `/links` entries, raising ValueError for a bad state."""
         host, self.port = hostport.split(listen)
         # aiohttp binds every address of both families for None (":51100").
         self.host: str | None = host or None
         self._registry = registry
         self._not_ready = not_ready
+        self._links = links
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -35,6 +43,7 @@ class HealthServer:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/links", self._links_json)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, self.host, self.port).start()
@@ -56,3 +65,12 @@ class HealthServer:
     async def _metrics(self, _: web.Request) -> web.Response:
         body = generate_latest(self._registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _links_json(self, request: web.Request) -> web.Response:
+        try:
+            entries = self._links(request.query.get("state", ""))
+        except ValueError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(
+            text=json.dumps(entries, indent=1) + "\n", content_type="application/json"
+        )

@@ -1,0 +1,51 @@
+"""What `/links` answers: every link end this node must realise, with its state.
+
+One entry per row of the links table, sorted by key: the kind, where the end
+is (pod, interface, netns), what it joins (the peer pod and, across nodes, its
+node), and the reconcile state with the last error and how many attempts
+failed since the last success. A node's operator reads it to learn why one
+link is down without reading the logs; `?state=error` keeps the failing ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from meshwire.control.reconcile.status import LinkStatus, State
+from meshwire.control.tables.links import LinkRow
+
+
+def link_report(
+    rows: Iterable[LinkRow], statuses: Mapping[str, LinkStatus], state: str = ""
+) -> list[dict[str, Any]]:
+    """The entries for `rows`; only those in `state` (a `State` value) unless ""."""
+    if state and state not in set(State):
+        raise ValueError(f"state {state!r} is not one of {', '.join(State)}")
+    out = []
+    for row in sorted(rows, key=lambda r: r.key):
+        status = statuses.get(row.key, LinkStatus())
+        if state and status.state != state:
+            continue
+        out.append(
+            {
+                "link": f"{row.namespace}/{row.uid}",
+                "key": row.key,
+                "kind": row.kind.value,
+                "local": {
+                    "pod": f"{row.namespace}/{row.local.pod}",
+                    "intf": row.local.intf,
+                    "netns": row.local.netns,
+                },
+                "peer": {
+                    "pod": f"{row.namespace}/{row.peer.pod}",
+                    "intf": row.peer.intf,
+                    "node_ip": row.peer_node_ip,
+                },
+                "state": status.state.value,
+                "error": status.message,
+                "attempts": status.attempts,
+                "permanent": status.permanent,
+            }
+        )
+    return out

@@ -1,0 +1,51 @@
+"""`/links`: the node's link ends with their reconcile state, as an operator reads them."""
+
+from __future__ import annotations
+
+import pytest
+from links_helpers import grpc_row, veth_row
+
+from meshwire.control.daemon.link_report import link_report
+from meshwire.control.reconcile.status import LinkStatus, State
+
+VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
+GRPC = grpc_row("/run/netns/a")
+FAILED = LinkStatus(
+    State.ERROR, "lab/5: r1:eth1: interface eth1 exists and meshwire did not create it", 4, True
+)
+
+
+def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
+    (veth, grpc) = link_report([VETH, GRPC], {GRPC.key: FAILED, VETH.key: LinkStatus().done()})
+
+    assert grpc == {
+        "link": "lab/5",
+        "key": "lab/5/r1",
+        "kind": "grpc",
+        "local": {"pod": "lab/r1", "intf": "eth1", "netns": "/run/netns/a"},
+        "peer": {"pod": "lab/r2", "intf": "eth1", "node_ip": "192.0.2.2"},
+        "state": "error",
+        "error": FAILED.message,
+        "attempts": 4,
+        "permanent": True,
+    }
+    assert (veth["key"], veth["kind"], veth["state"], veth["error"]) == (
+        "lab/3",
+        "veth",
+        "done",
+        "",
+    )
+    assert veth["local"]["intf"] == "eth2" and veth["peer"]["node_ip"] == ""
+
+
+def test_a_row_not_yet_attempted_is_pending() -> None:
+    (entry,) = link_report([VETH], {})
+    assert (entry["state"], entry["attempts"]) == ("pending", 0)
+
+
+def test_a_state_keeps_only_its_entries_and_an_unknown_one_is_refused() -> None:
+    statuses = {GRPC.key: FAILED, VETH.key: LinkStatus().done()}
+    assert [e["key"] for e in link_report([VETH, GRPC], statuses, "error")] == [GRPC.key]
+    assert [e["key"] for e in link_report([VETH, GRPC], statuses, "done")] == [VETH.key]
+    with pytest.raises(ValueError, match="state 'broken' is not one of pending, done, error"):
+        link_report([VETH], statuses, "broken")
