@@ -81,6 +81,12 @@ class CniConfig(_Section):
         "ADD or DEL for the daemon's first sync, before it fails with 'try again later'; "
         "KNE's meshnet waits similarly.",
     )
+    state_dir: str = Field(
+        default="/run/meshwire/sandboxes",
+        description="Where the daemon records each pod sandbox it added and has not "
+        "deleted, so that after a restart it still writes back a placement the API lost "
+        "meanwhile. Keep it on tmpfs: a reboot forgets the records with the sandboxes.",
+    )
 
 
 class PeerConfig(_Section):

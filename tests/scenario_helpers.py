@@ -40,7 +40,7 @@ from pyroute2 import IPRoute
 
 from meshwire.control.config import load_config
 from meshwire.control.daemon.app import Daemon
-from meshwire.control.lab import netns, ops, pods
+from meshwire.control.lab import netns, ops, pods, processes, up
 from meshwire.control.lab.links import LabLink, lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.nsexec import argv_for
@@ -168,6 +168,19 @@ class OneNodeLab:
     def kill_daemon(self) -> None:
         """`lab kill-daemon node1`: SIGKILL, start again, wait until /readyz says ready."""
         ops.kill_daemon(self.dir, self.state(), MeshwireRuntime(), NODE)
+
+    @contextlib.contextmanager
+    def daemon_down(self) -> Iterator[None]:
+        """The node's daemon SIGKILLed for the block, then started again and ready."""
+        state = self.state()
+        record = state.process(f"daemon/{NODE}")
+        assert record is not None, f"{NODE} runs no daemon"
+        processes.kill_leader(record)
+        try:
+            yield
+        finally:
+            up.start_daemon(self.dir, state, MeshwireRuntime(), NODE)
+            up.wait_ready(state, NODE)
 
     def kill_api(self) -> None:
         """`lab kill-api`: SIGKILL the embedded API, start it again, wait until it listens."""
@@ -379,6 +392,7 @@ async def daemon_node(tmp_path: Path) -> AsyncIterator[DaemonNode]:
                 "node_ip": "127.0.0.1",
                 "api.url": f"http://127.0.0.1:{port}",
                 "cni.socket": str(tmp_path / "cni.sock"),
+                "cni.state_dir": str(tmp_path / "sandboxes"),
                 "cni.add_timeout": "10",
                 "metrics.listen": "127.0.0.1:0",
                 "reconcile.full_interval": "3600",

@@ -147,6 +147,17 @@ def test_the_cni_socket_is_on_the_host_at_the_same_path_the_shim_is_told(tmp_pat
     assert os.path.join(host, rest).rstrip("/") == mount["mountPath"].rstrip("/")
 
 
+def test_sandbox_records_outlive_the_daemons_pod_but_not_the_nodes_reboot(
+    tmp_path: Path,
+) -> None:
+    # On the host, so a restarted daemon pod finds them; under /run (tmpfs), so a
+    # reboot forgets them together with the sandboxes they name.
+    state_dir = configmap_config(tmp_path).cni.state_dir
+    mount, rest = mount_of(container("meshwire"), state_dir)
+    host = os.path.join(volume(mount["name"])["hostPath"]["path"], rest)
+    assert host.startswith("/run/") and not mount.get("readOnly", False)
+
+
 def test_the_daemon_gets_the_node_name_and_address_from_the_downward_api() -> None:
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container("meshwire")["env"]}
     assert env == {"MESHWIRE_NODE_NAME": "spec.nodeName", "MESHWIRE_NODE_IP": "status.hostIP"}

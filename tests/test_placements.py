@@ -8,11 +8,13 @@ only on the condition that the status still names none when the write lands.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from reconciler_helpers import NODE
 
 from meshwire.control.daemon.placements import Placement, PlacementKeeper
+from meshwire.control.daemon.sandbox_store import SandboxStore
 from meshwire.control.model.topology import Topology, TopologyStatus
 from meshwire.control.tables.topologies import TopologyTable
 
@@ -121,3 +123,68 @@ def test_only_a_status_change_of_a_held_pod_is_looked_at() -> None:
     table.upsert(Topology("default", "r2", status=TopologyStatus(plumbing_error="y")))
     assert keeper.step() == []
     assert written.calls == []
+
+
+# -- with a sandbox store: what a restarted daemon still knows ----------------
+
+
+def restarted(store: SandboxStore, *objects: Topology) -> tuple[PlacementKeeper, Written]:
+    """A new keeper on `store`, as a restarted daemon starts it once the table synced."""
+    table, written = TopologyTable(), Written()
+    for obj in objects:
+        table.upsert(obj)
+    table.mark_initialized()
+    keeper = PlacementKeeper(NODE.node_ip, table, written, store)
+    keeper.start()
+    return keeper, written
+
+
+def existing(tmp_path: Path, name: str) -> str:
+    path = tmp_path / name
+    path.touch()
+    return str(path)
+
+
+def test_a_placement_lost_while_the_daemon_was_down_is_written_back_after_its_restart(
+    tmp_path: Path,
+) -> None:
+    store = SandboxStore(tmp_path / "state")
+    netns = existing(tmp_path, "r1-b")
+    PlacementKeeper(NODE.node_ip, TopologyTable(), Written(), store).added("default/r1", "b", netns)
+
+    # Down meanwhile: the Topology was deleted and created again, its status empty.
+    keeper, written = restarted(store, r1())
+    assert written.calls == [("default/r1", {**REWRITE, "net_ns": netns})]
+    assert keeper.held("default/r1") == Placement("b", netns)
+
+
+def test_a_sandbox_deleted_before_the_restart_is_not_written_back(tmp_path: Path) -> None:
+    store = SandboxStore(tmp_path / "state")
+    netns = existing(tmp_path, "r1-b")
+    before = PlacementKeeper(NODE.node_ip, TopologyTable(), Written(), store)
+    before.added("default/r1", "b", netns)
+    before.deleted("default/r1", "b")
+
+    keeper, written = restarted(store, r1())
+    assert written.calls == []
+    assert keeper.held("default/r1") is None
+
+
+def test_the_sandbox_added_last_here_wins_over_an_older_one_the_api_names(
+    tmp_path: Path,
+) -> None:
+    # The API still names sandbox b here; the ADD of c was this node's last word.
+    store = SandboxStore(tmp_path / "state")
+    netns = existing(tmp_path, "r1-c")
+    store.save("default/r1", Placement("c", netns))
+    keeper, written = restarted(store, r1(HERE))
+    assert written.calls == []
+    assert keeper.held("default/r1") == Placement("c", netns)
+
+
+def test_what_the_api_says_runs_here_is_recorded_when_the_store_lacks_it(tmp_path: Path) -> None:
+    # A daemon upgraded from a version without the store: it records what it holds.
+    store = SandboxStore(tmp_path / "state")
+    netns = existing(tmp_path, "r1-b")
+    restarted(store, r1(dataclasses.replace(HERE, net_ns=netns)))
+    assert store.load() == {"default/r1": Placement("b", netns)}

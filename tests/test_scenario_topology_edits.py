@@ -88,6 +88,12 @@ def test_an_api_server_restart_stops_no_link_and_a_later_edit_still_arrives(
         remove_link_3(lab)
 
 
+def delete_topology(lab: OneNodeLab, name: str) -> None:
+    url = f"{lab.state().host_url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}/{name}"
+    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10):
+        pass
+
+
 def test_a_topology_deleted_and_created_again_while_its_pod_runs_gets_its_links_back(
     tmp_path: Path,
 ) -> None:
@@ -95,9 +101,7 @@ def test_a_topology_deleted_and_created_again_while_its_pod_runs_gets_its_links_
     # again (PlacementKeeper), so r2's links are derived and built once more.
     with one_node_lab(tmp_path, "3node.yml") as lab:
         settled_snapshot(lab)
-        url = f"{lab.state().host_url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}/r2"
-        with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10):
-            pass
+        delete_topology(lab, "r2")
         wait_until(lambda: "eth1" not in lab.interfaces("r2"), "r2's links gone with its object")
 
         lab.apply([by_name(topologies("3node.yml"))["r2"]])
@@ -105,6 +109,29 @@ def test_a_topology_deleted_and_created_again_while_its_pod_runs_gets_its_links_
         assert lab.ping("r3", "23.23.23.2")
         pods = {p["pod"]: p for p in lab.status()["pods"]}
         assert pods["default/r2"]["node"] == "node1"
+
+
+def test_a_topology_deleted_and_created_again_while_the_daemon_is_down_keeps_its_links(
+    tmp_path: Path,
+) -> None:
+    # The API forgot where r2 runs while no daemon watched. The restarted daemon
+    # knows from its own record of the sandboxes it added, writes r2's placement
+    # back before it derives any link, and so keeps r2's links as they are.
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        before = settled_snapshot(lab)
+        with lab.daemon_down():
+            delete_topology(lab, "r2")
+            lab.apply([by_name(topologies("3node.yml"))["r2"]])
+
+        assert lab.ping("r1", "12.12.12.2")
+        assert lab.ping("r3", "23.23.23.2")
+        assert snapshot(lab) == before
+        node_ip = lab.state().nodes["node1"].ip
+        wait_until(lambda: src_ip(lab, "default/r2") == node_ip, "r2's placement in the API")
+
+
+def src_ip(lab: OneNodeLab, pod: str) -> str:
+    return str({p["pod"]: p for p in lab.status()["pods"]}[pod]["src_ip"])
 
 
 def test_a_link_added_to_a_running_topology_is_created(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 
 from meshwire.control.cni.endpoint import CniEndpoint
 from meshwire.control.config import Config
@@ -28,6 +29,7 @@ from meshwire.control.daemon.http import HealthServer
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.daemon.placements import PlacementKeeper
+from meshwire.control.daemon.sandbox_store import SandboxStore
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.links.driver import Drivers, KindDriver
@@ -132,7 +134,12 @@ class Daemon:
                 initial_done=self.reconciler.initial_done.is_set,
             )
         )
-        placements = PlacementKeeper(self.config.node_ip, self.topologies, self.status.set)
+        placements = PlacementKeeper(
+            self.config.node_ip,
+            self.topologies,
+            self.status.set,
+            SandboxStore(Path(self.config.cni.state_dir)),
+        )
         handler = DaemonCniHandler(
             self.config.node_ip,
             self.topologies,
@@ -158,7 +165,7 @@ class Daemon:
         self.status.start()
         tasks = [
             asyncio.create_task(informer.run(), name="informer"),
-            asyncio.create_task(self._derive_loop(), name="derive"),
+            asyncio.create_task(self._derive_loop(placements), name="derive"),
             asyncio.create_task(self.reconciler.run(), name="reconciler"),
             asyncio.create_task(self._full_pass_loop(), name="full-pass"),
             asyncio.create_task(self._plumbing_error_loop(), name="plumbing-error"),
@@ -194,8 +201,9 @@ class Daemon:
             await health.stop()
             await api.close()  # type: ignore[no-untyped-call]
 
-    async def _derive_loop(self) -> None:
+    async def _derive_loop(self, placements: PlacementKeeper) -> None:
         await self.topologies.wait_initialized()
+        placements.start()
         self._dirty_pods |= self.desired.step()
         self.links.mark_initialized()
         log.info(

@@ -21,7 +21,9 @@ follow), or a stale one whose own clear will follow and leave the status
 empty, and then the keeper acts.
 
 After a restart the keeper holds what the API says runs here (`src_ip` is
-this node), as the rest of the daemon trusts it.
+this node) and, over that, what its sandbox store recorded (sandbox_store.py):
+the store also knows a pod whose placement the API lost while the daemon was
+down, and it names the sandbox this node added last.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
 from meshwire.control.model.topology import Topology
 from meshwire.control.tables.topologies import TopologyTable
 
@@ -63,19 +65,18 @@ def write_placement(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    container_id: str
-    netns: str
-
-
 class PlacementKeeper:
     def __init__(
-        self, node_ip: str, topologies: TopologyTable, set_status: Callable[..., None]
+        self,
+        node_ip: str,
+        topologies: TopologyTable,
+        set_status: Callable[..., None],
+        store: SandboxStore | None = None,
     ) -> None:
         self.node_ip = node_ip
         self.topologies = topologies
         self._set_status = set_status
+        self._store = store
         # Pod key -> the sandbox this node added last and has not deleted.
         self._held: dict[str, Placement] = {}
         self._tracker = topologies.track()
@@ -85,17 +86,23 @@ class PlacementKeeper:
         return self._held.get(key)
 
     def added(self, key: str, container_id: str, netns: str) -> None:
+        """The runtime added a sandbox of pod `key` here; recorded before this returns."""
         self._held[key] = Placement(container_id, netns)
+        if self._store is not None:
+            self._store.save(key, self._held[key])
 
     def deleted(self, key: str, container_id: str) -> None:
         """The runtime deleted a sandbox of pod `key` here (an empty id: whichever it is)."""
         held = self._held.get(key)
         if held is not None and (not container_id or container_id == held.container_id):
             del self._held[key]
+            if self._store is not None:
+                self._store.remove(key)
 
     def seed(self) -> None:
         """Once the table has synced, and before the first ADD or DEL is handled: hold
-        what the table says runs here. Later calls do nothing."""
+        what the table says runs here, and over it what the store recorded. Later
+        calls do nothing."""
         if self._seeded:
             return
         self._seeded = True
@@ -104,6 +111,12 @@ class PlacementKeeper:
             if topology is not None and topology.status.container_id:
                 status = topology.status
                 self._held[key] = Placement(status.container_id, status.net_ns)
+        if self._store is not None:
+            recorded = self._store.load()
+            for key, placement in self._held.items():
+                if key not in recorded:  # held since before the store existed
+                    self._store.save(key, placement)
+            self._held.update(recorded)
 
     def step(self) -> list[str]:
         """Write again the placements of held pods whose status lost them; returns their keys."""
@@ -124,12 +137,19 @@ class PlacementKeeper:
             restored.append(key)
         return restored
 
+    def start(self) -> list[str]:
+        """Seed, then write back what the synced table lost; called by the daemon before
+        it derives links for the first time, so a restored pod's links are among the
+        initial ones and the first prune spares them."""
+        self.seed()
+        return self.step()
+
     async def run(self) -> None:
         await self.topologies.wait_initialized()
-        self.seed()
+        self.start()
         while True:
-            self.step()
             await self._tracker.wait()
+            self.step()
 
     def close(self) -> None:
         self._tracker.close()

@@ -1,8 +1,8 @@
 """A node's daemon: its config file (the user's base config plus what the lab decides) and start.
 
 The lab sets, per node: `node_name`, `node_ip` (its underlay address),
-`api.url` (the API through the hub relay), `cni.socket` (in the node's lab
-directory), `peer.listen` and `metrics.listen` (on the node's address, keeping
+`api.url` (the API through the hub relay), `cni.socket` and `cni.state_dir`
+(in the node's lab directory), `peer.listen` and `metrics.listen` (on the node's address, keeping
 the base config's ports), and `cni.add_timeout` 300 s unless the base config
 sets it. `workers` defaults to 1 unless the base config sets
 it: N simulated nodes on one machine must not start N x cores processes.
@@ -53,7 +53,7 @@ def _port(base: dict[str, Any], section: str, default: int) -> int:
 
 
 def node_config(
-    base: dict[str, Any], node: str, ip: str, api_url: str, socket: Path
+    base: dict[str, Any], node: str, ip: str, api_url: str, node_dir: Path
 ) -> dict[str, Any]:
     """The config of one node: a pure function of the base config and the node's place."""
     config = copy.deepcopy(base)
@@ -61,7 +61,8 @@ def node_config(
     config["node_ip"] = ip
     config.setdefault("workers", 1)
     config.setdefault("api", {})["url"] = api_url
-    config.setdefault("cni", {})["socket"] = str(socket)
+    config.setdefault("cni", {})["socket"] = str(node_dir / "cni.sock")
+    config["cni"]["state_dir"] = str(node_dir / "sandboxes")
     config["cni"].setdefault("add_timeout", LAB_ADD_TIMEOUT)
     config.setdefault("peer", {})["listen"] = f"{ip}:{_port(base, 'peer', DEFAULT_PEER_PORT)}"
     metrics = _port(base, "metrics", DEFAULT_METRICS_PORT)

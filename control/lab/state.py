@@ -7,7 +7,7 @@ and every `meshwire lab` command finds it from any working directory):
     state.json            this file's `LabState`, rewritten atomically
     api.db                the embedded API's SQLite database
     input/<file name>     a copy of the lab file the lab was built from
-    nodes/<node>/config.yaml, nodes/<node>/cni.sock
+    nodes/<node>/config.yaml, nodes/<node>/cni.sock, nodes/<node>/sandboxes/
     logs/<role>.log       stdout and stderr of every process the lab started
 
 Write-ahead rule: a namespace is recorded *before* it is created, and a

@@ -215,8 +215,7 @@ def _create_node(
     lab.save(state)
     nodes.create_node(names, node, ip)
     node_dir = lab.node_dir(node)
-    sock = node_dir / "cni.sock"
-    config = daemons.node_config(dict(base), node, ip, state.api_url, sock)
+    config = daemons.node_config(dict(base), node, ip, state.api_url, node_dir)
     config_path = node_dir / "config.yaml"
     daemons.write_config(config, config_path)
     host, port = daemons.metrics_address(config)
@@ -225,7 +224,7 @@ def _create_node(
         ns,
         ip,
         str(config_path),
-        str(sock),
+        config["cni"]["socket"],
         f"{host}:{port}",
         daemons.add_timeout(config) + MARGIN,
     )

@@ -1,0 +1,108 @@
+"""The pod sandboxes this node added and has not deleted, kept on disk across daemon restarts.
+
+One small JSON file per pod in `cni.state_dir`, written before the CNI ADD
+is answered and removed before the DEL is: a daemon killed at any point
+either answered nothing (the runtime retries) or left the file saying what
+it answered. Without it a restarted daemon learns what runs here from the
+API only, and a placement lost from the API while the daemon was down (a
+stale clear, the Topology deleted and created again) is lost for good.
+
+The directory belongs on tmpfs (`/run`): a reboot forgets the sandboxes
+together with the files. Loading drops a sandbox whose netns path is gone
+(the runtime tore it down while the daemon was away) and an unreadable
+file, each with a warning; a file that cannot be written is logged and the
+CNI command still answered, since the API keeps the placement as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".json"
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    container_id: str
+    netns: str
+
+
+class SandboxStore:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def save(self, key: str, placement: Placement) -> None:
+        """Record that pod `key` runs here in `placement` (replacing any previous one)."""
+        path = self._path(key)
+        tmp = path.with_name(path.name + ".tmp")
+        body = {"pod": key, "container_id": placement.container_id, "netns": placement.netns}
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(body))
+            tmp.replace(path)
+        except OSError as exc:
+            log.error("pod %s: cannot record its sandbox in %s: %s", key, self.directory, exc)
+
+    def remove(self, key: str) -> None:
+        """Forget pod `key`; forgetting a pod not recorded is not an error."""
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("pod %s: cannot remove its sandbox from %s: %s", key, self.directory, exc)
+
+    def load(self) -> dict[str, Placement]:
+        """Every recorded sandbox whose netns still exists, by pod key."""
+        try:
+            paths = sorted(self.directory.glob(f"*{SUFFIX}"))
+        except OSError as exc:
+            log.error("cannot read the sandboxes recorded in %s: %s", self.directory, exc)
+            return {}
+        loaded = {}
+        for path in paths:
+            entry = _read(path)
+            if entry is None:
+                log.warning("dropping %s: not a sandbox record", path)
+                _forget(path)
+                continue
+            key, placement = entry
+            if not os.path.exists(placement.netns):
+                log.warning(
+                    "pod %s: the netns %s of its container %s is gone; forgetting it",
+                    key,
+                    placement.netns,
+                    placement.container_id,
+                )
+                _forget(path)
+                continue
+            loaded[key] = placement
+        return loaded
+
+    def _path(self, key: str) -> Path:
+        # A pod key is "namespace/name"; quoting makes it one unambiguous file name.
+        return self.directory / (urllib.parse.quote(key, safe="") + SUFFIX)
+
+
+def _read(path: Path) -> tuple[str, Placement] | None:
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    pod, container_id, netns = (body.get(k) for k in ("pod", "container_id", "netns"))
+    if not (isinstance(pod, str) and isinstance(container_id, str) and isinstance(netns, str)):
+        return None
+    return (pod, Placement(container_id, netns)) if pod and container_id and netns else None
+
+
+def _forget(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)

@@ -1,0 +1,82 @@
+"""The sandbox store: what a node added and has not deleted, as a restarted daemon reads it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+
+
+@pytest.fixture
+def netns(tmp_path: Path) -> str:
+    """A path standing for a pod's netns that exists."""
+    path = tmp_path / "netns-b"
+    path.touch()
+    return str(path)
+
+
+def test_a_saved_sandbox_is_loaded_by_a_new_store_on_the_same_directory(
+    tmp_path: Path, netns: str
+) -> None:
+    SandboxStore(tmp_path / "state").save("default/r1", Placement("b", netns))
+    assert SandboxStore(tmp_path / "state").load() == {"default/r1": Placement("b", netns)}
+
+
+def test_saving_again_replaces_and_removing_forgets(tmp_path: Path, netns: str) -> None:
+    store = SandboxStore(tmp_path / "state")
+    store.save("default/r1", Placement("a", netns))
+    store.save("default/r1", Placement("b", netns))
+    store.save("lab/r1", Placement("c", netns))
+    assert store.load() == {"default/r1": Placement("b", netns), "lab/r1": Placement("c", netns)}
+    store.remove("default/r1")
+    store.remove("default/never-added")
+    assert store.load() == {"lab/r1": Placement("c", netns)}
+
+
+def test_a_sandbox_whose_netns_is_gone_is_dropped_and_its_record_removed(
+    tmp_path: Path, netns: str
+) -> None:
+    store = SandboxStore(tmp_path / "state")
+    store.save("default/r1", Placement("b", netns))
+    store.save("default/r2", Placement("c", str(tmp_path / "netns-gone")))
+    assert store.load() == {"default/r1": Placement("b", netns)}
+    assert len(list((tmp_path / "state").iterdir())) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["", "{not json", "[]", json.dumps({"pod": "default/r1", "container_id": "b"}),
+     json.dumps({"pod": "default/r1", "container_id": 5, "netns": "/x"})],
+)  # fmt: skip
+def test_an_unreadable_record_is_dropped_and_the_others_kept(
+    tmp_path: Path, netns: str, body: str
+) -> None:
+    store = SandboxStore(tmp_path / "state")
+    store.save("default/r1", Placement("b", netns))
+    (tmp_path / "state" / "broken.json").write_text(body)
+    assert store.load() == {"default/r1": Placement("b", netns)}
+    assert not (tmp_path / "state" / "broken.json").exists()
+
+
+def test_a_directory_not_made_yet_holds_nothing(tmp_path: Path) -> None:
+    assert SandboxStore(tmp_path / "absent").load() == {}
+
+
+def test_a_record_that_cannot_be_written_is_logged_not_raised(
+    tmp_path: Path, netns: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    occupied = tmp_path / "file"
+    occupied.write_text("")  # the directory's path is taken by a file
+    SandboxStore(occupied).save("default/r1", Placement("b", netns))
+    assert "cannot record its sandbox" in caplog.text
+
+
+def test_pod_keys_map_to_distinct_files(tmp_path: Path, netns: str) -> None:
+    store = SandboxStore(tmp_path / "state")
+    keys = ["a/b.c", "a.b/c", "a/b%2Fc", "a%2Fb/c"]
+    for i, key in enumerate(keys):
+        store.save(key, Placement(str(i), netns))
+    assert store.load() == {key: Placement(str(i), netns) for i, key in enumerate(keys)}
