@@ -350,6 +350,15 @@ class DaemonNode:
             config["prevResult"] = PREV_RESULT
         return await run_shim("c", env, config)
 
+    async def gc(self, *valid: str) -> ShimRun:
+        """CNI GC through the C shim, the runtime vouching for sandboxes `valid` only."""
+        env = {"CNI_COMMAND": "GC", "CNI_PATH": "/opt/cni/bin"}
+        attachments = [{"containerID": cid, "ifname": "eth0"} for cid in valid]
+        config = network_config(
+            "1.1.0", meshwire_socket=self.socket, **{"cni.dev/valid-attachments": attachments}
+        )
+        return await run_shim("c", env, config)
+
     async def wait_status(
         self, url: str, pod: str, condition: Callable[[dict[str, Any]], bool], what: str
     ) -> dict[str, Any]:

@@ -12,7 +12,14 @@ import asyncio
 import pytest
 from reconciler_helpers import NODE, Daemon, FakeDriver
 
-from meshwire.control.cni.protocol import CniError, CniRequest, Command, ErrorCode, PodRef
+from meshwire.control.cni.protocol import (
+    Attachment,
+    CniError,
+    CniRequest,
+    Command,
+    ErrorCode,
+    PodRef,
+)
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.model.topology import Topology, TopologyStatus
@@ -129,3 +136,46 @@ async def derive_loop(daemon: Daemon) -> None:
     while True:
         daemon.changed()
         await daemon.desired.wait()
+
+
+def gc(network: str, *valid: str) -> CniRequest:
+    attachments = tuple(Attachment(cid, "eth0") for cid in valid)
+    return CniRequest(Command.GC, "1.1.0", network, valid_attachments=attachments)
+
+
+async def test_gc_releases_a_sandbox_the_runtime_no_longer_lists_as_a_del_would() -> None:
+    # The runtime gave up on r1's DEL (c1); its GC lists only r2's sandbox (c2).
+    r2 = Topology("default", "r2", status=TopologyStatus(NODE.node_ip, "/ns/r2", "c2"))
+    daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
+    daemon.topologies.upsert(R1)
+    daemon.topologies.upsert(r2)
+    daemon.topologies.mark_initialized()
+    cni = handler(daemon, written, 5.0)
+    try:
+        cni.placements.seed()
+        cni.placements.added("default/r1", "c1", "/ns/r1", "meshnet")
+        cni.placements.added("default/r2", "c2", "/ns/r2", "meshnet")
+        await cni.gc(gc("meshnet", "c2"))
+
+        cleared = {"if_container": "c1", "src_ip": "", "net_ns": "", "container_id": ""}
+        assert written.calls == [("default/r1", cleared)]
+        assert cni.placements.held("default/r1") is None
+        assert cni.placements.held("default/r2") is not None
+    finally:
+        await daemon.stop()
+
+
+async def test_gc_of_another_network_or_of_an_unknown_one_releases_nothing() -> None:
+    daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
+    daemon.topologies.upsert(R1)
+    daemon.topologies.mark_initialized()
+    cni = handler(daemon, written, 5.0)
+    try:
+        cni.placements.seed()  # r1 held from the API: its network is not known
+        await cni.gc(gc("meshnet"))
+        cni.placements.added("default/r1", "c1", "/ns/r1", "other")
+        await cni.gc(gc("meshnet"))
+        assert written.calls == []
+        assert cni.placements.held("default/r1") is not None
+    finally:
+        await daemon.stop()

@@ -80,3 +80,16 @@ def test_pod_keys_map_to_distinct_files(tmp_path: Path, netns: str) -> None:
     for i, key in enumerate(keys):
         store.save(key, Placement(str(i), netns))
     assert store.load() == {key: Placement(str(i), netns) for i, key in enumerate(keys)}
+
+
+def test_the_cni_network_of_the_add_is_kept_and_a_record_without_one_reads_as_unknown(
+    tmp_path: Path, netns: str
+) -> None:
+    store = SandboxStore(tmp_path / "state")
+    store.save("default/r1", Placement("b", netns, "kindnet"))
+    body = {"pod": "default/r2", "container_id": "c", "netns": netns}
+    (tmp_path / "state" / "r2.json").write_text(json.dumps(body))
+    assert store.load() == {
+        "default/r1": Placement("b", netns, "kindnet"),
+        "default/r2": Placement("c", netns, ""),
+    }

@@ -3,8 +3,8 @@
 tests/test_cni_*.py cover every command and error path of the shim and the
 endpoint against a stand-in handler; here the handler is the daemon's own,
 over the embedded API and real namespaces: what a runtime sees for a pod in
-no topology, DEL twice, a late DEL of an old sandbox, CHECK, and STATUS
-before and after the daemon has synced.
+no topology, DEL twice, a late DEL of an old sandbox, a GC after a lost
+DEL, CHECK, and STATUS before and after the daemon has synced.
 """
 
 from __future__ import annotations
@@ -128,3 +128,20 @@ async def test_a_late_del_of_the_old_sandbox_is_ignored(tmp_path: Path) -> None:
         assert (status["src_ip"], status["net_ns"]) == ("127.0.0.1", new)
         known = node.daemon.topologies.get("default/r2")
         assert known is not None and known.status.container_id == "c3"
+
+
+async def test_gc_tears_down_the_links_of_a_sandbox_whose_del_was_lost(tmp_path: Path) -> None:
+    async with daemon_node(tmp_path) as node, api_serving(node) as url:
+        r1, r2 = await add_pair(node, url)
+        # The runtime gave up on r2's DEL; its GC vouches for r1's sandbox only.
+        done = await node.gc("c1")
+        assert (done.exit, done.stdout) == (0, b""), done.result
+        await node.wait(lambda: "eth1" not in read_interfaces(r1), "r1's eth1 gone")
+        assert "eth1" not in read_interfaces(r2)
+        await node.wait_status(
+            url, "r2", lambda s: not s.get("src_ip"), "r2's placement cleared in the API"
+        )
+        # A GC vouching for both keeps what is left.
+        assert (await node.gc("c1", "c2")).exit == 0
+        status = await node.wait_status(url, "r1", lambda s: bool(s), "r1's status")
+        assert status["container_id"] == "c1"

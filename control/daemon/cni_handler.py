@@ -12,11 +12,15 @@ peers' nodes; a DEL for a container id the pod no longer has (a late DEL of a
 previous sandbox) is ignored. The clear is written to the API only while the
 status still names the deleted container: a clear held back by retries must
 not wipe the placement the pod's new node wrote meanwhile. A pod in no
-topology passes through untouched. Both wait for the daemon's first sync (a
-DEL answered from an empty table would be lost), and ask to be retried if it
-does not come within `cni.add_timeout`.
+topology passes through untouched.
 
-Both also wait, within `cni.add_timeout`, until their status write is in the
+GC (CNI 1.1) releases, as a DEL would, each sandbox this node added through the
+GC's network and the runtime no longer lists as a valid attachment (a DEL the
+runtime gave up on); the ADDs are recorded in the sandbox store for this.
+
+All three wait for the daemon's first sync (a DEL answered from an empty table
+would be lost), and ask to be retried if it does not come within
+`cni.add_timeout`. They also wait, within `cni.add_timeout`, until their status write is in the
 API, and otherwise ask to be retried: once the runtime hears success, a
 daemon restarted a moment later (which learns what runs on its node from the
 API) cannot have lost the placement, nor a clear.
@@ -86,7 +90,7 @@ class DaemonCniHandler:
         if topology is None:
             return
         self._place(topology, request.netns, request.container_id)
-        self.placements.added(topology.key, request.container_id, request.netns)
+        self.placements.added(topology.key, request.container_id, request.netns, request.network)
         # A new sandbox: its links are checked against the kernel even when they
         # derive as before (a netns at the same path, a DEL that never came).
         self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))
@@ -98,21 +102,8 @@ class DaemonCniHandler:
         topology = await self._topology(request)
         if request.pod is not None:
             self.placements.deleted(request.pod.key, request.container_id)
-        if topology is None:
-            return
-        current = topology.status.container_id
-        if current and request.container_id and current != request.container_id:
-            log.info(
-                "CNI DEL for %s ignored: container %s is not the pod's current %s",
-                topology.key,
-                request.container_id,
-                current,
-            )
-            return
-        if topology.status.src_ip and topology.status.src_ip != self.node_ip:
-            return
-        self._place(topology, "", "", src_ip="", if_container=request.container_id or None)
-        await self._wait_written(topology.key, deadline)
+        if topology is not None and self._clear(topology, request.container_id):
+            await self._wait_written(topology.key, deadline)
 
     async def check(self, request: CniRequest) -> None:
         topology = await self._topology(request)
@@ -130,15 +121,34 @@ class DaemonCniHandler:
             raise CniError(ErrorCode.PLUGIN_NOT_AVAILABLE, f"meshwire daemon not ready: {missing}")
 
     async def gc(self, request: CniRequest) -> None:
-        # The daemon keeps no per-attachment state: stale links are found by the
-        # prune pass from the topologies, so there is nothing to collect here.
-        del request
+        """Every sandbox held here from an ADD through this network whose container is
+        not among the runtime's valid attachments is gone: each is released as its DEL
+        would have released it. Sandboxes of other networks, or of an unknown one, are
+        kept: the runtime vouches only for the attachments of the network it names."""
+        deadline = asyncio.get_running_loop().time() + self.add_timeout
+        await self._synced()
+        valid = {attachment.container_id for attachment in request.valid_attachments}
+        cleared = []
+        for key, held in sorted(self.placements.held_through(request.network).items()):
+            if held.container_id in valid:
+                continue
+            log.info("CNI GC: container %s of pod %s is gone; releasing it", held.container_id, key)
+            self.placements.deleted(key, held.container_id)
+            topology = self.topologies.get(key)
+            if topology is not None and self._clear(topology, held.container_id):
+                cleared.append(key)
+        for key in cleared:
+            await self._wait_written(key, deadline)
 
     # -- helpers --------------------------------------------------------------
 
     async def _topology(self, request: CniRequest) -> Topology | None:
         if request.pod is None:
             return None
+        await self._synced()
+        return self.topologies.get(request.pod.key)
+
+    async def _synced(self) -> None:
         try:
             await asyncio.wait_for(self.topologies.wait_initialized(), self.add_timeout)
         except TimeoutError:
@@ -146,7 +156,24 @@ class DaemonCniHandler:
                 ErrorCode.TRY_AGAIN_LATER, "meshwire daemon has not synced topologies yet"
             ) from None
         self.placements.seed()  # before this request changes what this node holds
-        return self.topologies.get(request.pod.key)
+
+    def _clear(self, topology: Topology, container_id: str) -> bool:
+        """Clear the placement that sandbox `container_id` ("": whichever) of `topology`'s
+        pod left here; whether a status write was issued. A status naming another
+        container (a late DEL of a previous sandbox) or another node is left alone."""
+        current = topology.status.container_id
+        if current and container_id and current != container_id:
+            log.info(
+                "CNI DEL for %s ignored: container %s is not the pod's current %s",
+                topology.key,
+                container_id,
+                current,
+            )
+            return False
+        if topology.status.src_ip and topology.status.src_ip != self.node_ip:
+            return False
+        self._place(topology, "", "", src_ip="", if_container=container_id or None)
+        return True
 
     def _place(
         self,

@@ -85,9 +85,10 @@ class PlacementKeeper:
     def held(self, key: str) -> Placement | None:
         return self._held.get(key)
 
-    def added(self, key: str, container_id: str, netns: str) -> None:
-        """The runtime added a sandbox of pod `key` here; recorded before this returns."""
-        self._held[key] = Placement(container_id, netns)
+    def added(self, key: str, container_id: str, netns: str, network: str = "") -> None:
+        """The runtime added a sandbox of pod `key` here, through CNI network `network`;
+        recorded before this returns."""
+        self._held[key] = Placement(container_id, netns, network)
         if self._store is not None:
             self._store.save(key, self._held[key])
 
@@ -98,6 +99,10 @@ class PlacementKeeper:
             del self._held[key]
             if self._store is not None:
                 self._store.remove(key)
+
+    def held_through(self, network: str) -> dict[str, Placement]:
+        """The sandboxes held that were added through CNI network `network`, by pod key."""
+        return {key: held for key, held in self._held.items() if held.network == network}
 
     def seed(self) -> None:
         """Once the table has synced, and before the first ADD or DEL is handled: hold

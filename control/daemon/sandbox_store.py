@@ -33,6 +33,9 @@ SUFFIX = ".json"
 class Placement:
     container_id: str
     netns: str
+    # The CNI network (conflist name) of the ADD; empty when not known (a sandbox
+    # held from the API), and then no GC of a network releases it.
+    network: str = ""
 
 
 class SandboxStore:
@@ -43,7 +46,12 @@ class SandboxStore:
         """Record that pod `key` runs here in `placement` (replacing any previous one)."""
         path = self._path(key)
         tmp = path.with_name(path.name + ".tmp")
-        body = {"pod": key, "container_id": placement.container_id, "netns": placement.netns}
+        body = {
+            "pod": key,
+            "container_id": placement.container_id,
+            "netns": placement.netns,
+            "network": placement.network,
+        }
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(body))
@@ -98,9 +106,12 @@ def _read(path: Path) -> tuple[str, Placement] | None:
     if not isinstance(body, dict):
         return None
     pod, container_id, netns = (body.get(k) for k in ("pod", "container_id", "netns"))
-    if not (isinstance(pod, str) and isinstance(container_id, str) and isinstance(netns, str)):
+    network = body.get("network", "")
+    if not all(isinstance(field, str) for field in (pod, container_id, netns, network)):
         return None
-    return (pod, Placement(container_id, netns)) if pod and container_id and netns else None
+    if not (pod and container_id and netns):
+        return None
+    return str(pod), Placement(str(container_id), str(netns), str(network))
 
 
 def _forget(path: Path) -> None:
