@@ -20,7 +20,6 @@ are still applied), 2 for a file or kubeconfig that cannot be read.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -30,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
+from meshwire.control.informer.failure import server_message
 from meshwire.control.model.load import LoadError, load_file, load_text
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION, Topology
 
@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
             failed += 1
             print(
                 f"meshwire apply: topology {meta['namespace']}/{meta['name']}: "
-                f"{e.status} {_message(e)}",
+                f"{e.status} {server_message(e) or e.reason}",
                 file=sys.stderr,
             )
             continue
@@ -155,12 +155,3 @@ def main(argv: list[str]) -> int:
             return 1
         print(f"topology.{GROUP}/{meta['name']} {outcome}", flush=True)
     return 1 if failed else 0
-
-
-def _message(error: ApiException) -> str:
-    """The `message` of the server's Status body, else the HTTP reason."""
-    try:
-        body = json.loads(error.body or "")
-    except ValueError:
-        return str(error.reason)
-    return str(body.get("message", error.reason)) if isinstance(body, dict) else str(error.reason)

@@ -4,7 +4,8 @@ kmock serves the official client's list, watch, create, patch (of the object
 and of its status subresource) and delete for a declared resource, so these
 run here: the initial sync, streamed changes (a status patch included), an
 unreadable object skipped, a watch that never ends abandoned after the client
-timeout, and a 410 (injected as an HTTP status and as an ERROR event) leading
+timeout, a server without the CRD or refusing the permission (each said in
+one line naming the fix), and a 410 (injected as an HTTP status and as an ERROR event) leading
 to a relist whose diff emits the deletion the watch never reported.
 
 kmock cannot check the rest; those scenarios run against the embedded API in
@@ -173,3 +174,38 @@ async def test_a_410_relists_and_deletes_what_the_watch_never_reported(how: str)
                 "initialized",
                 "delete default/r3",
             ]
+
+
+async def test_an_api_server_without_the_crd_is_retried_and_said_to_need_it() -> None:
+    async with kmock.KubernetesEmulator() as km, kmock.Server(km) as server:
+        api = await make_api_client(str(server.url), "")
+        try:
+            sink = RecordingSink()
+            async with running(api, sink) as informer:
+                await wait_until(lambda: informer.stats.reconnects >= 2, "two attempts")
+                error = informer.stats.last_error
+                assert error.startswith("404 ")
+                assert "install the Topology CRD (deploy/crd.yaml)" in error
+                assert "\n" not in error
+                assert not informer.synced.is_set()
+        finally:
+            await api.close()  # type: ignore[no-untyped-call]
+
+
+async def test_a_refused_list_names_the_permission_and_syncs_once_granted() -> None:
+    refused = {
+        "kind": "Status",
+        "code": 403,
+        "message": 'topologies.networkop.co.uk is forbidden: User "system:serviceaccount:'
+        'meshwire:meshwire" cannot list resource "topologies"',
+    }
+    async with emulator(*triangle()) as (km, api):
+        km[kmock.action.LIST, TOPOLOGIES][:1] << 403 << refused
+        sink = RecordingSink()
+        async with running(api, sink) as informer:
+            await wait_until(lambda: informer.stats.reconnects >= 1, "the refused list")
+            error = informer.stats.last_error
+            assert error.startswith("403 Forbidden: topologies.networkop.co.uk is forbidden")
+            assert "deploy/rbac.yaml" in error
+            await asyncio.wait_for(informer.synced.wait(), 15)
+            assert informer.stats.last_error == ""

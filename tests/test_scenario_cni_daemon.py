@@ -40,10 +40,14 @@ async def add_pair(node: DaemonNode, url: str) -> tuple[str, str]:
 
 async def test_status_says_not_available_until_the_daemon_has_synced(tmp_path: Path) -> None:
     async with daemon_node(tmp_path) as node:
+        # No API yet: the daemon says why it is not synced.
+        reason = "topologies not synced: Cannot connect to host"
+        await node.wait(lambda: reason in node.daemon.not_ready(), "a failed list")
         before = await node.cni("STATUS", "r1")
         assert before.exit != 0
         assert before.result["code"] == ErrorCode.PLUGIN_NOT_AVAILABLE
         assert "not ready" in before.result["msg"]
+        assert reason in before.result["msg"]
 
         async with api_serving(node):
             await node.wait(lambda: node.daemon.not_ready() == "", "the daemon ready")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from meshwire.control.cni.endpoint import CniEndpoint
@@ -91,12 +92,15 @@ class Daemon:
         )
         self._dirty_pods: set[str] = set()
         self._stopping = asyncio.Event()
+        # Why the informer's last list or watch failed ("" when none did).
+        self._sync_error: Callable[[], str] = lambda: ""
 
     # -- readiness --------------------------------------------------------------
 
     def not_ready(self) -> str:
         if not self.topologies.initialized:
-            return "topologies not synced"
+            error = self._sync_error()
+            return f"topologies not synced: {error}" if error else "topologies not synced"
         if not self.reconciler.initial_done.is_set():
             return "initial reconciliation not complete"
         if self.wire is not None and not self.wire.started:
@@ -123,6 +127,7 @@ class Daemon:
                 watch_timeout=self.config.api.watch_timeout,
             ),
         )
+        self._sync_error = lambda: informer.stats.last_error
         self.metrics.attach(
             StateView(
                 queue_depth=lambda: self.queue.depth,

@@ -43,6 +43,7 @@ from kubernetes.aio.client.exceptions import ApiException
 
 from meshwire.control.informer.apply import Outcome, Snapshot, apply_event, apply_snapshot
 from meshwire.control.informer.backoff import Backoff, BackoffPolicy, Clock
+from meshwire.control.informer.failure import describe
 from meshwire.control.informer.sink import TopologySink
 from meshwire.control.informer.stats import InformerStats
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
@@ -54,6 +55,11 @@ Sleep = Callable[[float], Awaitable[None]]
 # A watch that ends this soon without a single event is a failure, not a
 # normal end: a server that closes every watch at once must not be hammered.
 SHORT_WATCH = 1.0
+# What a 404 on the list or the watch means.
+NOT_SERVED = (
+    f"this API server serves no {PLURAL}.{GROUP}/{VERSION}: "
+    "install the Topology CRD (deploy/crd.yaml)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,12 +133,13 @@ class Informer:
             except Exception as err:
                 self.stats.reconnects += 1
                 delay = self._backoff.next_delay()
+                self.stats.last_error = describe(err, not_found=NOT_SERVED)
                 log.warning(
                     "topologies: %s from resourceVersion %s failed: %s: %s; retrying in %.1fs",
                     "watch" if self._resume is not None else "list",
                     self._resume,
                     type(err).__name__,
-                    _describe(err),
+                    self.stats.last_error,
                     delay,
                 )
                 await self._sleep(delay)
@@ -155,6 +162,7 @@ class Informer:
                 resource_version = str(meta.get("resourceVersion") or "")
                 break
         self._backoff.healthy()
+        self.stats.last_error = ""
         result = apply_snapshot(self._sink, snapshot)
         self.stats.lists += 1
         self.stats.unreadable += len(snapshot.unreadable)
@@ -190,6 +198,7 @@ class Informer:
                     raise Expired(body)
                 raise ApiException(status=response.status, reason=response.reason, body=body)
             self._backoff.healthy()
+            self.stats.last_error = ""
             started = self._clock()
             received = 0
             while line := await response.content.readline():
@@ -259,12 +268,6 @@ class Informer:
         if isinstance(seen, str) and seen:
             self._resume = seen
             self.stats.resource_version = seen
-
-
-def _describe(err: Exception) -> str:
-    if isinstance(err, TimeoutError):
-        return "no answer within the client timeout (half-open connection or hung server)"
-    return str(err)
 
 
 def _parse_line(line: bytes) -> dict[str, Any]:

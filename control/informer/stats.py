@@ -1,6 +1,6 @@
-"""The informer's counters, read by the metrics exporter and by tests.
+"""The informer's counters and its last failure: for metrics, readiness and tests.
 
-Plain integers written by the informer's task only; a reader on the same loop
+Plain values written by the informer's task only; a reader on the same loop
 sees a consistent value of each counter (not a consistent set of them).
 """
 
@@ -27,3 +27,5 @@ class InformerStats:
     changes: int = 0
     # The resourceVersion the next watch starts from ("" before the first list).
     resource_version: str = ""
+    # Why the last list or watch failed, in one line; "" once one succeeds again.
+    last_error: str = ""

@@ -38,6 +38,7 @@ from typing import Any, Protocol, cast
 
 from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
 
+from meshwire.control.informer.failure import describe
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.control.reconcile.clock import Clock, MonotonicClock
 from meshwire.control.reconcile.queue import WorkQueue
@@ -304,7 +305,7 @@ class StatusWriter:
                 key,
                 sorted(fields),
                 self._queue.num_requeues(key) + 1,
-                err,
+                describe(err),
             )
             self._queue.add_rate_limited(key)
             return
