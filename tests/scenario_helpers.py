@@ -65,6 +65,7 @@ class Interface:
     up: bool
     alias: str
     addresses: tuple[str, ...]
+    mtu: int
 
 
 @dataclass
@@ -235,6 +236,7 @@ def read_interfaces(ns: str) -> dict[str, Interface]:
                     up=bool(msg["flags"] & IFF_UP) and msg.get_attr("IFLA_OPERSTATE") == "UP",
                     alias=msg.get_attr("IFLA_IFALIAS") or "",
                     addresses=tuple(sorted(addresses.get(msg["index"], []))),
+                    mtu=msg.get_attr("IFLA_MTU"),
                 )
             return out
 

@@ -26,6 +26,7 @@ from meshwire.control.model.topology import (
     Topology,
     TopologyStatus,
 )
+from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 from meshwire.control.reconcile.status_writer import STATUS_FIELDS
 
 FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
@@ -148,9 +149,9 @@ def test_a_topology_the_model_writes_with_every_field_set_fits_the_schema() -> N
 def test_the_schema_checker_catches_a_field_the_server_would_prune() -> None:
     body = {"spec": {"links": [{"uid": 1, "peer_pod": "r2", "local_intf": "e", "peer_intf": "e"}]}}
     assert schema_errors(schema(), body) == []
-    body["spec"]["links"][0]["mtu"] = 9000
+    body["spec"]["links"][0]["mac"] = "02:00:00:00:00:01"
     assert schema_errors(schema(), body) == [
-        ".spec.links[0].mtu: not in the schema (pruned by the API server)"
+        ".spec.links[0].mac: not in the schema (pruned by the API server)"
     ]
     body["spec"]["links"][0] = {"uid": "1"}
     assert len(schema_errors(schema(), body)) == 4
@@ -168,3 +169,8 @@ def test_meshnets_own_test_topologies_fit_the_schema(fixture: Path) -> None:
     for obj in topologies:
         body = {k: v for k, v in obj.items() if k in ("spec", "status")}
         assert schema_errors(schema(), body) == [], obj["metadata"]["name"]
+
+
+def test_a_links_mtu_has_the_models_range() -> None:
+    mtu = link_schema()["properties"]["mtu"]
+    assert (mtu["minimum"], mtu["maximum"]) == (MIN_MTU, MAX_MTU)

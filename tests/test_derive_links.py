@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from derive_helpers import NODE_A, NODE_B, pair, pod
 
 from meshwire.control.model.topology import Link
@@ -153,3 +155,19 @@ class TestDesiredLinks:
         self.topologies.delete("default/r1")
         self.desired.step()
         assert len(self.links) == 0
+
+
+def test_a_link_mtu_given_on_one_end_is_the_rows_on_both_nodes_and_others_keep_the_default() -> (
+    None
+):
+    table = TopologyTable()
+    r1, r2 = pair(1, "r1", "r2")
+    r1_to_r3, r3 = pair(2, "r1", "r3", "eth2", "eth1")
+    table.upsert(pod("r1", r1, r1_to_r3, node=NODE_A))
+    table.upsert(pod("r2", dataclasses.replace(r2, mtu=9000), node=NODE_B))
+    table.upsert(pod("r3", r3, node=NODE_A))
+    view_a = NodeView(node_ip=NODE_A, mtu=1450)
+    rows = derive_pods(table, {"default/r1"}, view_a).rows
+    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B)).rows.values()
+    assert (rows["default/1/r1"].mtu, on_b.mtu) == (9000, 9000)
+    assert rows["default/2"].mtu == 1450

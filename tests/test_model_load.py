@@ -144,6 +144,14 @@ def test_a_containerlab_macvlan_link_goes_to_a_host_interface(link: str) -> None
     assert r1.links == (Link(1, "localhost", "eth2", "eth0"),)
 
 
+def test_a_containerlab_links_mtu_is_the_mtu_of_both_ends() -> None:
+    text = "name: l\ntopology:\n  nodes: {r1: {}, r2: {}}\n  links:\n"
+    text += "    - {type: veth, mtu: 9000, endpoints: [{node: r1, interface: eth1},"
+    text += " {node: r2, interface: eth2}]}\n"
+    r1, r2 = load_text(text, "m.clab.yml")
+    assert (r1.links[0].mtu, r2.links[0].mtu) == (9000, 9000)
+
+
 # --- the example lab -----------------------------------------------------------------------
 
 
@@ -231,6 +239,18 @@ def test_a_malformed_topology_names_the_item_and_the_field() -> None:
     )
 
 
+def test_a_links_mtu_is_read_written_back_and_must_be_an_integer() -> None:
+    text = (TOPOLOGY % "r1").replace("peer_intf: eth1}", "peer_intf: eth1, mtu: 9000}")
+    (r1,) = load_text(text)
+    assert r1.links[0].mtu == 9000
+    assert r1.to_dict()["spec"]["links"][0]["mtu"] == 9000
+    (plain,) = load_text(TOPOLOGY % "r1")
+    assert plain.links[0].mtu == 0 and "mtu" not in plain.to_dict()["spec"]["links"][0]
+    assert load_error(text.replace("mtu: 9000", "mtu: big")) == (
+        "lab.yml:2: topology default/r1: spec.links[0]: mtu: expected an integer, got 'big'"
+    )
+
+
 def test_a_list_whose_items_are_not_a_list_is_an_error() -> None:
     assert (
         load_error("kind: List\nitems: {a: 1}\n") == "lab.yml:2: items: expected a list of objects"
@@ -299,6 +319,10 @@ topology:
             "topology.links[1].endpoints[0].interface: required",
         ),
         ('endpoints: ["macvlan:eth0", "macvlan:eth1"]', "both endpoints are host interfaces"),
+        (
+            '{endpoints: ["r1:eth2", "r2:eth2"], mtu: jumbo}',
+            "topology.links[1].mtu: expected an integer, got 'jumbo'",
+        ),
         ("r1:eth2", "topology.links[1]: expected a mapping with endpoints, got 'r1:eth2'"),
     ],
 )

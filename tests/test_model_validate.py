@@ -6,14 +6,17 @@ Every kind of problem is asserted on its full message: it must name the object
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from meshwire.control.model.topology import Topology
+from meshwire.control.model.topology import Link, Topology
 from meshwire.control.model.validate import (
     MAX_UID,
     LinkProblem,
     check_all,
     check_pair,
+    link_mtu,
     validate_topology,
 )
 from tests.model_helpers import link, topology
@@ -124,6 +127,19 @@ def test_uids_from_zero_to_the_vni_range_are_valid(uid: int) -> None:
 def test_uids_outside_the_range_are_reported(uid: int) -> None:
     assert only_problem(topology("r1", link(uid, "r2"))) == (
         f"topology lab/r1: link uid {uid} (spec.links[0]): uid: {uid} is out of range 0..{MAX_UID}"
+    )
+
+
+@pytest.mark.parametrize("mtu", [0, 68, 1500, 9000, 65535])
+def test_a_link_mtu_in_the_kernels_range_or_none_is_valid(mtu: int) -> None:
+    assert validate_topology(topology("r1", dataclasses.replace(link(1, "r2"), mtu=mtu))).ok
+
+
+@pytest.mark.parametrize("mtu", [-1, 67, 65536])
+def test_a_link_mtu_outside_the_kernels_range_is_reported(mtu: int) -> None:
+    t = topology("r1", dataclasses.replace(link(1, "r2"), mtu=mtu))
+    assert only_problem(t) == (
+        f"topology lab/r1: link uid 1 (spec.links[0]): mtu: {mtu} is out of range 68..65535"
     )
 
 
@@ -300,3 +316,23 @@ def test_an_equal_copy_of_a_link_is_found_at_its_index() -> None:
     r1 = topology("r1", link(1, "r2"), link(2, "r3", "eth2"))
     problem = check_pair(r1, link(2, "r3", "eth2"), topology("r3"))
     assert problem is not None and (problem.uid, problem.index) == (2, 1)
+
+
+def test_mtus_given_on_both_ends_must_be_equal() -> None:
+    r1 = topology("r1", dataclasses.replace(R1.links[0], mtu=9000))
+    r2 = topology("r2", Link(1, "r1", "eth2", "eth1", mtu=1500))
+    assert str(check_pair(r1, r1.links[0], r2)) == (
+        "topology lab/r1: link uid 1 (spec.links[0]): mtu: "
+        "9000 but peer topology lab/r2 link uid 1 has mtu 1500"
+    )
+    same = topology("r2", Link(1, "r1", "eth2", "eth1", mtu=9000))
+    assert check_pair(r1, r1.links[0], same) is None
+
+
+def test_a_link_mtu_given_on_one_end_holds_for_both() -> None:
+    r1 = topology("r1", Link(1, "r2", "eth1", "eth2"))
+    r2 = topology("r2", Link(1, "r1", "eth2", "eth1", mtu=9000))
+    assert check_pair(r1, r1.links[0], r2) is None
+    assert link_mtu(r1.links[0], r2, 1500) == link_mtu(r2.links[0], r1, 1500) == 9000
+    assert link_mtu(r1.links[0], None, 1500) == 1500
+    assert link_mtu(r1.links[0], topology("r2", Link(1, "r1", "eth2", "eth1")), 1400) == 1400

@@ -8,6 +8,7 @@ and nothing else is touched (every other interface keeps its ifindex).
 
 from __future__ import annotations
 
+import dataclasses
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from scenario_helpers import (
     loss,
     one_node_lab,
     ping_running,
+    run_in,
     topologies,
     wait_until,
 )
@@ -132,6 +134,28 @@ def test_a_topology_deleted_and_created_again_while_the_daemon_is_down_keeps_its
 
 def src_ip(lab: OneNodeLab, pod: str) -> str:
     return str({p["pod"]: p for p in lab.status()["pods"]}[pod]["src_ip"])
+
+
+def test_a_links_mtu_given_on_one_end_changes_both_ends_in_place(tmp_path: Path) -> None:
+    # meshnet #54: a NOS that cannot set an MTU itself gets it from the topology.
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        before = settled_snapshot(lab)
+        edited = by_name(topologies("3node.yml"))
+        link_of(edited["r1"], 1)["mtu"] = 9000
+        lab.apply([edited["r1"]])
+
+        def jumbo() -> bool:
+            return all(lab.interfaces(pod)["eth1"].mtu == 9000 for pod in ("r1", "r2"))
+
+        wait_until(jumbo, "both ends of link 1 at MTU 9000")
+        after = snapshot(lab)
+        for pod in ("r1", "r2"):
+            after[pod]["eth1"] = dataclasses.replace(after[pod]["eth1"], mtu=1500)
+        assert after == before
+        # 9000 bytes of IP, not to be fragmented, cross it.
+        argv = ["ping", "-c", "1", "-M", "do", "-s", "8972", "-w", "3", "12.12.12.2"]
+        done = run_in(lab.pod_netns("r1"), argv)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_a_link_added_to_a_running_topology_is_created(tmp_path: Path) -> None:

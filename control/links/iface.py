@@ -16,6 +16,8 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETADDR
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 
+from meshwire.control.model.validate import MAX_MTU, MIN_MTU
+
 from .errors import SpecError
 from .names import ADDRESS_PROTO, Mark, ifname_problem, parse_mark
 from .netns import Netns
@@ -23,8 +25,6 @@ from .netns import Netns
 IFF_UP = 0x1
 IFA_F_NODAD = 0x02
 # IFLA_MTU bounds every kind here accepts (68: the IPv4 minimum).
-MIN_MTU = 68
-MAX_MTU = 65535
 
 Address = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 

@@ -7,9 +7,9 @@ Read: `name`, `topology.nodes` (a mapping of node name to node) and
   endpoint is a macvlan on the host interface `eth0` (`peer_pod: localhost`);
 - extended: `- type: veth` with `endpoints: [{node: r1, interface: eth1}, ...]`,
   and `- type: macvlan` with `endpoint: {node: r1, interface: eth1}` and
-  `host-interface: eth0`.
+  `host-interface: eth0`; a link's `mtu` becomes the link's `mtu`.
 
-Everything else (kinds, images, `vars`, `mtu`, `defaults`, `groups`) is ignored.
+Everything else (kinds, images, `vars`, `defaults`, `groups`) is ignored.
 The lab's `name` is the namespace unless the caller gives one. Links to the
 host network namespace (`host:`, `mgmt-net:`, `type: host`), to bridge nodes
 and other link types have no meshnet equivalent and are an error naming the
@@ -95,7 +95,10 @@ def _link(raw: Any, path: Path, bridges: set[str], origin: Origin) -> LabLink:
     if ends[0][0] == LOCALHOST:
         raise origin.error((*path, "endpoints"), "both endpoints are host interfaces")
     (a_node, a_intf, _), (z_node, z_intf, _) = ends
-    return LabLink(a_node, a_intf, z_node, z_intf, path)
+    mtu = raw.get("mtu", 0)
+    if isinstance(mtu, bool) or not isinstance(mtu, int):
+        raise origin.error((*path, "mtu"), f"expected an integer, got {mtu!r}")
+    return LabLink(a_node, a_intf, z_node, z_intf, path, mtu)
 
 
 def _endpoint(raw: Any, path: Path, origin: Origin) -> tuple[str, str]:

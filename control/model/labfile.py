@@ -74,6 +74,7 @@ class LabLink:
     z_node: str
     z_intf: str
     path: Path
+    mtu: int = 0
 
 
 def lab_namespace(name: Any, override: str | None, origin: Origin) -> str:
@@ -121,11 +122,10 @@ def lab_topologies(
     used: dict[tuple[str, str], Path] = {}
     for uid, lab_link in enumerate(links, start=1):
         _check_link(lab_link, ends, used, origin)
-        ends[lab_link.a_node].append(Link(uid, lab_link.z_node, lab_link.a_intf, lab_link.z_intf))
-        if lab_link.z_node != LOCALHOST:
-            ends[lab_link.z_node].append(
-                Link(uid, lab_link.a_node, lab_link.z_intf, lab_link.a_intf)
-            )
+        a, z, mtu = lab_link.a_node, lab_link.z_node, lab_link.mtu
+        ends[a].append(Link(uid, z, lab_link.a_intf, lab_link.z_intf, mtu=mtu))
+        if z != LOCALHOST:
+            ends[z].append(Link(uid, a, lab_link.z_intf, lab_link.a_intf, mtu=mtu))
     return [
         Topology(namespace=namespace, name=name, links=tuple(ends[name]))
         for name in declared

@@ -37,6 +37,9 @@ class Link:
     peer_intf: str
     local_ip: str = ""
     peer_ip: str = ""
+    # meshwire's own optional field (meshnet #54): this link's MTU, both ends; 0 or
+    # absent: the daemon's `mtu`. meshnet ignores it.
+    mtu: int = 0
 
     @property
     def to_host(self) -> bool:
@@ -53,6 +56,8 @@ class Link:
             out["local_ip"] = self.local_ip
         if self.peer_ip:
             out["peer_ip"] = self.peer_ip
+        if self.mtu:
+            out["mtu"] = self.mtu
         return out
 
 
@@ -183,6 +188,7 @@ def _link(raw: Any, where: str) -> Link:
         peer_intf=_string(raw, where, "peer_intf"),
         local_ip=_string(raw, where, "local_ip"),
         peer_ip=_string(raw, where, "peer_ip"),
+        mtu=0 if raw.get("mtu") is None else _integer(raw["mtu"], where, "mtu"),
     )
 
 

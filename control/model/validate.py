@@ -32,6 +32,9 @@ Decisions, with the reason:
 - Duplicates inside one pod (a `local_intf` or a `uid` used twice): the
   first link in spec order is kept, each later one is reported, so appending
   a conflicting link never breaks a working one.
+- A link's `mtu` (meshwire's own field) is 68..65535, the kernel's range for
+  the devices meshwire makes; given on both ends, the two must be equal. Given
+  on one end only, it holds for both (see `link_mtu`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from meshwire.control.model.topology import LOCALHOST, Link, Topology
 
 MIN_UID = 0
 MAX_UID = 2**24 - 1
+MIN_MTU = 68
+MAX_MTU = 65535
 
 _PREFIX = re.compile(r"[0-9]{1,3}")
 
@@ -119,7 +124,8 @@ def check_pair(a: Topology, link_a: Link, b: Topology | None) -> LinkProblem | N
     when it does not exist (yet): that, and a link to the host, are never a
     problem. Otherwise `b` must have a link with the same uid that points back
     at `a`, with the two interfaces swapped and, where both sides give one,
-    the two addresses swapped. Returns the first disagreement found.
+    the two addresses swapped, and the same MTU where both give one. Returns the
+    first disagreement found.
 
     Raises ValueError if `b` is not the peer pod's object or `link_a` is not
     a link of `a` (a caller's mistake, not bad data).
@@ -156,7 +162,19 @@ def check_pair(a: Topology, link_a: Link, b: Topology | None) -> LinkProblem | N
         return problem("peer_ip", f"{link_a.peer_ip!r} but {peer} has local_ip {link_b.local_ip!r}")
     if not _same_address(link_a.local_ip, link_b.peer_ip):
         return problem("local_ip", f"{link_a.local_ip!r} but {peer} has peer_ip {link_b.peer_ip!r}")
+    if link_a.mtu and link_b.mtu and link_a.mtu != link_b.mtu:
+        return problem("mtu", f"{link_a.mtu} but {peer} has mtu {link_b.mtu}")
     return None
+
+
+def link_mtu(link: Link, peer: Topology | None, default: int) -> int:
+    """The MTU of `link`, whose ends agree (`check_pair`) when `peer` (the peer pod's
+    object) is given: the one either end gives, else `default`. The same on both
+    nodes of a cross-node link."""
+    if link.mtu or peer is None:
+        return link.mtu or default
+    peer_link = _link_index(peer).by_uid.get(link.uid)
+    return (peer_link.mtu if peer_link is not None else 0) or default
 
 
 def check_all(topologies: Iterable[Topology]) -> list[LinkProblem]:
@@ -225,6 +243,8 @@ def _each_link_problem(own_name: str, link: Link) -> Iterable[tuple[str, str]]:
             yield field, reason
     if link.local_ip and link.peer_ip and _same_address(link.local_ip, link.peer_ip):
         yield "peer_ip", f"{link.peer_ip!r} is the same address as local_ip"
+    if link.mtu and not MIN_MTU <= link.mtu <= MAX_MTU:
+        yield "mtu", f"{link.mtu} is out of range {MIN_MTU}..{MAX_MTU}"
 
 
 def _same_address(left: str, right: str) -> bool:

@@ -11,6 +11,7 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
   pods is derived (no "lazy half");
 - peer on another node: a vxlan or grpc row, as `inter_node_link_type` says.
 
+Each row's MTU is the link's own `mtu` (given on either end) or the daemon's.
 Links that fail validation, or whose two ends disagree, get no row and a
 problem naming the object, link and field; the pod's other links still work.
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from meshwire.control.model.topology import Topology
-from meshwire.control.model.validate import check_pair, validate_topology
+from meshwire.control.model.validate import check_pair, link_mtu, validate_topology
 from meshwire.control.reconcile.ids import IdError, vni, wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 from meshwire.control.tables.topologies import TopologyTable
@@ -79,12 +80,14 @@ def _row(
     assert link is not None  # validate_topology only returns links of this topology
     local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip)
 
+    peer_topology = None if link.to_host else table.get(f"{topology.namespace}/{link.peer_pod}")
+    mtu = link_mtu(link, peer_topology, node.mtu)
+
     def row(kind: LinkKind, a: End, b: End, peer_node_ip: str = "", **ids: int) -> LinkRow:
-        return LinkRow(topology.namespace, uid, kind, a, b, node.mtu, peer_node_ip, **ids)
+        return LinkRow(topology.namespace, uid, kind, a, b, mtu, peer_node_ip, **ids)
 
     if link.to_host:
         return row(LinkKind.MACVLAN, local, End(link.peer_pod, "", link.peer_intf))
-    peer_topology = table.get(f"{topology.namespace}/{link.peer_pod}")
     problem = check_pair(topology, link, peer_topology)
     if problem is not None:
         problems.append(str(problem))
