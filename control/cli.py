@@ -18,6 +18,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("cni", "install"): "cni.install",
     ("lab",): "lab.command",
     ("config", "defaults"): "config_command",
+    ("links",): "links_command",
 }
 
 USAGE = """usage: meshwire COMMAND [ARGS]
@@ -31,6 +32,8 @@ commands:
   cni install --bin-dir D --conf-dir D [--config FILE]
                                   install the CNI shim as `meshnet` and chain it
   lab up|status|check|down|...    a whole lab on one machine
+  links [--url URL | --config F] [--state S] [--json]
+                                  this node's link ends, their state and last error
   config defaults                 print the config file with every default
 """
 

@@ -8,6 +8,7 @@ ping across every link, `lab status --json`, the daemon's metrics.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from scenario_helpers import (
     one_node_lab,
     ping_running,
     read_interfaces,
+    run_in,
     wait_until,
 )
 
@@ -154,6 +156,12 @@ def test_an_interface_meshwire_did_not_create_is_never_deleted_even_holding_a_wa
         ends = {(failing[end]["pod"], failing[end]["intf"]) for end in ("local", "peer")}
         assert code == 200 and ("default/r2", "eth2") in ends and failing["permanent"]
         assert "meshwire did not create" in failing["error"]
+        # The same through `meshwire links`, as an operator runs it on the node.
+        url = f"http://{lab.state().nodes['node1'].metrics}"
+        argv = [sys.executable, "-m", "meshwire.control.cli", "links", "--url", url]
+        shown = run_in(lab.node_netns, [*argv, "--state", "error"])
+        assert shown.returncode == 0, shown.stderr
+        assert "default/r2:eth2" in shown.stdout and "meshwire did not create" in shown.stdout
         lab.kill_daemon()
         assert read_interfaces(lab.pod_netns("r2"))["eth2"] == foreign
         # r3's other link is built all the same.

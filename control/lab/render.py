@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from meshwire.control.lab.links import LabLink
 from meshwire.control.lab.state import LabState
-
-
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """`title`, then aligned columns; a table without rows says `(none)`."""
-    cells = [[str(c) for c in headers], *([str(c) for c in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = [title]
-    for row in cells:
-        lines.append(
-            "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        )
-    if not rows:
-        lines.append("  (none)")
-    return "\n".join(lines)
+from meshwire.control.text_table import table
 
 
 def summary(state: LabState, links: list[LabLink]) -> str:

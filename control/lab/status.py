@@ -23,9 +23,9 @@ from meshwire.control.lab.kernel import Ends
 from meshwire.control.lab.links import LabEnd, lab_links, topologies_of
 from meshwire.control.lab.names import HUB_IP, LabNames, netns_path
 from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.render import table
 from meshwire.control.lab.state import LabState
 from meshwire.control.model.topology import API_VERSION, PLURAL
+from meshwire.control.text_table import table
 
 TOPOLOGIES_PATH = f"/apis/{API_VERSION}/{PLURAL}"
 

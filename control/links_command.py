@@ -1,0 +1,95 @@
+"""`meshwire links`: a node's link ends and why any is down, from its daemon's `/links`.
+
+Meant to run where the daemon runs; in the DaemonSet:
+`kubectl -n meshwire exec ds/meshwire -- meshwire links --state error`
+(the image has no curl). The daemon is found at `--url`, else at the config's
+`metrics.listen` (`--config`, with the `MESHWIRE_*` environment as the daemon
+reads it), else at the default port on loopback. A wildcard or empty host
+means this host: loopback is asked.
+
+Exit status: 0 with the table (or `--json`, the daemon's answer as is); 1
+when the daemon cannot be reached or answers an error, naming the URL; 2 for
+bad arguments or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from meshwire.control.config import ConfigError, MetricsConfig, load_config
+from meshwire.control.reconcile.status import State
+from meshwire.control.text_table import table
+from meshwire.dataplane import hostport
+
+TIMEOUT = 10.0
+WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="meshwire links",
+        description="Show this node's link ends, their state and last error (the daemon's /links).",
+    )
+    parser.add_argument("--url", help="the daemon's metrics address, e.g. http://10.0.0.5:51100")
+    parser.add_argument("--config", help="the daemon's config file, to find metrics.listen")
+    parser.add_argument("--state", choices=[s.value for s in State], help="only ends in STATE")
+    parser.add_argument("--json", action="store_true", help="the daemon's answer as JSON")
+    args = parser.parse_args(argv)
+    try:
+        base = args.url or daemon_url(args.config)
+    except ConfigError as exc:
+        print(f"meshwire links: {exc}", file=sys.stderr)
+        return 2
+    url = base.rstrip("/") + "/links" + (f"?state={args.state}" if args.state else "")
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
+            body = answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace").strip()
+        print(f"meshwire links: {url}: {exc.code} {detail}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"meshwire links: cannot reach the daemon at {url}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(body)
+    else:
+        print(render(json.loads(body)))
+    return 0
+
+
+def daemon_url(config_path: str | None) -> str:
+    """The URL of the daemon's metrics port, from its config if given; raises ConfigError."""
+    listen = load_config(config_path).metrics.listen if config_path else MetricsConfig().listen
+    host, port = hostport.split(listen)
+    host = WILDCARDS.get(host, host)
+    return f"http://{hostport.join(host, port)}"
+
+
+def render(entries: list[dict[str, Any]]) -> str:
+    """One line per link end: what it joins, its state and why it is not done."""
+    rows = [
+        (
+            entry["link"],
+            entry["kind"],
+            f"{entry['local']['pod']}:{entry['local']['intf']}",
+            _peer(entry["peer"]),
+            entry["state"] + (" (permanent)" if entry["permanent"] else ""),
+            entry["attempts"],
+            entry["error"] or "-",
+        )
+        for entry in entries
+    ]
+    headers = ("link", "kind", "end", "peer", "state", "failed", "last error")
+    return table(f"link ends: {len(rows)}", headers, rows)
+
+
+def _peer(peer: dict[str, Any]) -> str:
+    end = f"{peer['pod']}:{peer['intf']}"
+    return f"{end} on {peer['node_ip']}" if peer["node_ip"] else end
