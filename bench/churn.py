@@ -15,6 +15,7 @@ time, each on a random pod or node, without waiting for the lab to settle
     links change kind (veth <-> vxlan or wire);
   - edit the topology (2): a random link leaves both pods' Topology objects,
     or comes back if it had left (`meshwire apply` of the two);
+  - change a link's MTU (1): one of its ends gets `mtu: 9000`, or loses it;
   - kill a node's daemon with SIGKILL and start it again (1);
   - kill the embedded API with SIGKILL and start it again (1): every
     daemon's watch breaks, and CNI calls and edits fail until it is back;
@@ -38,9 +39,10 @@ took is how long the lab needed to converge. The daemons' full pass (every
 Then each daemon's /metrics must
 show every link end done, and for the wire: as many ready wires on the node
 as the final placement gives it, every one in a worker, and no stream whose
-refcount differs from its wires; and no interface may be left of a link
-that was edited out. Exit status 0 only if all of that holds; if not, the daemons' logs are
-copied out of the lab first and the report says where.
+refcount differs from its wires; no interface may be left of a link that
+was edited out, and every end must have its link's MTU. Exit status 0 only
+if all of that holds; if not, the daemons' logs are copied out of the lab
+first and the report says where.
 The lab is named `ch<hex>` or `--name` (netns `mwl<name>-…`); `lab down` runs
 at the end even when a step fails, unless `--keep`.
 """
@@ -74,7 +76,7 @@ from wire_bench import workers_in
 from meshwire.control.lab import ops, processes
 from meshwire.control.lab.check import check_all
 from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.kernel import netns_ends
+from meshwire.control.lab.kernel import Ends, netns_ends
 from meshwire.control.lab.links import LabLink, lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.runtime import MeshwireRuntime
@@ -82,7 +84,11 @@ from meshwire.control.lab.state import LabDir, LabState
 
 MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
 APPLY = [sys.executable, "-m", "meshwire.control.cli", "apply"]
-WEIGHTS = {"restart": 5, "move": 3, "edit": 2, "kill": 1, "api": 1, "partition": 1, "worker": 1}
+WEIGHTS = {
+    "restart": 5, "move": 3, "edit": 2, "mtu": 1, "kill": 1, "api": 1, "partition": 1, "worker": 1
+}  # fmt: skip
+# The MTU a link's "mtu" operation toggles on one of its ends.
+JUMBO = 9000
 # How long a partition lasts, at random: within TCP's patience (the wire's streams
 # survive it) but long enough to lose the API and in-flight handshakes.
 PARTITION_SECONDS = (1.0, 4.0)
@@ -146,6 +152,7 @@ class Churn:
             "api": self._kill_api,
             "partition": lambda: ops.partition_node(self.state, target, float(node)),
             "edit": lambda: self._edit(int(target)),
+            "mtu": lambda: self._mtu(int(target)),
             "worker": lambda: self._kill_worker(target),
         }
         with self.busy.get(target, threading.Lock()):
@@ -189,21 +196,39 @@ class Churn:
                         if len(kept) < len(links)
                         else sorted([*kept, link], key=lambda x: int(x["uid"]))
                     )
-            objects = [obj for obj, _ in self.original[uid]]
-            with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+            return self._apply(uid, "edited")
+
+    def _mtu(self, uid: int) -> str:
+        """Give link `uid` an MTU of JUMBO on its first end, or take it away (also while
+        the link is edited out: it comes back with it)."""
+        with self._editing:
+            with SAVING:
+                _, link = self.original[uid][0]
+                if link.pop("mtu", None) is None:
+                    link["mtu"] = JUMBO
+            return self._apply(uid, f"mtu {link.get('mtu', 'default')}")
+
+    def _apply(self, uid: int, what: str) -> str:
+        """`meshwire apply` of link `uid`'s objects, retried while it fails."""
+        objects = [obj for obj, _ in self.original[uid]]
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+            with SAVING:
                 yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}, file)
-                file.flush()
-                argv = [*APPLY, "-f", file.name, "--server", self.state.host_url]
-                delay = RETRY_FIRST
-                for _ in range(RETRIES):
-                    done = subprocess.run(argv, capture_output=True, text=True, check=False)
-                    if done.returncode == 0:
-                        return f"link {uid} edited"
-                    with self._counting:
-                        self.retries += 1
-                    time.sleep(delay)
-                    delay = min(delay * 2, RETRY_MAX)
-            raise LabError(f"apply of link {uid}: {done.stderr.strip()}")
+            file.flush()
+            argv = [*APPLY, "-f", file.name, "--server", self.state.host_url]
+            delay = RETRY_FIRST
+            for _ in range(RETRIES):
+                done = subprocess.run(argv, capture_output=True, text=True, check=False)
+                if done.returncode == 0:
+                    return f"link {uid} {what}"
+                with self._counting:
+                    self.retries += 1
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX)
+        raise LabError(f"apply of link {uid}: {done.stderr.strip()}")
+
+    def expected_mtu(self, uid: int, default: int) -> int:
+        return next((link["mtu"] for _, link in self.original[uid] if "mtu" in link), default)
 
     def _until_done(self, action: Callable[[], str], pod: str | None) -> None:
         delay, error = RETRY_FIRST, ""
@@ -240,7 +265,7 @@ def schedule(state: LabState, count: int, rng: random.Random) -> list[tuple[str,
             out.append((kind, rng.choice(nodes), f"{rng.uniform(*PARTITION_SECONDS):.1f}"))
         elif kind == "api":
             out.append((kind, API, ""))
-        elif kind == "edit":
+        elif kind in ("edit", "mtu"):
             out.append((kind, str(rng.randint(1, links)), ""))
         else:
             out.append((kind, rng.choice(pods), rng.choice(nodes)))
@@ -289,6 +314,21 @@ def leftovers(names: LabNames, churn: Churn, links: list[LabLink]) -> list[str]:
     return found
 
 
+def wrong_mtus(names: LabNames, churn: Churn, links: list[LabLink], default: int) -> list[str]:
+    """Ends of the links in `links` whose MTU is not their link's."""
+    kernel = Ends(
+        names.pod_netns(*end.pod.split("/")) for link in links for end in (link.a, link.b)
+    )
+    found = []
+    for link in links:
+        want = churn.expected_mtu(link.uid, default)
+        for end in (link.a, link.b):
+            have = kernel.get(names.pod_netns(*end.pod.split("/")), end.intf).mtu
+            if have != want:
+                found.append(f"link {link.uid}: {end.pod}:{end.intf} has MTU {have}, not {want}")
+    return found
+
+
 def describe(netns: str, intf: str) -> str:
     """Kind, alias (meshwire's mark) and ifindex of an interface, for a failure report."""
     done = subprocess.run(
@@ -327,6 +367,12 @@ def problems(state: LabState, links: list[LabLink], seen: dict[str, dict[str, fl
             if samples.get(name, 0.0) != value:
                 found.append(f"{node}: {name} = {samples.get(name)}, expected {value}")
     return found
+
+
+def base_mtu(config: Path | None) -> int:
+    """The daemons' `mtu`: what a link without its own has."""
+    data = yaml.safe_load(config.read_text()) if config is not None else None
+    return int((data or {}).get("mtu", 1500))
 
 
 def whole(report: dict[str, Any]) -> bool:
@@ -384,6 +430,7 @@ def main(argv: list[str]) -> int:
             report["links_removed_at_end"] = len(churn.original) - len(links)
             report["problems"] = problems(churn.state, links, daemon_metrics(churn.state))
             report["problems"] += leftovers(names, churn, links)
+            report["problems"] += wrong_mtus(names, churn, links, base_mtu(args.config))
         finally:
             logs = LabDir.locate(name, None).path / "logs"
             if not whole(report) and logs.is_dir():

@@ -1,13 +1,14 @@
 """A lab under churn converges from events alone, over veth and vxlan and over the wire.
 
 Runs bench/churn.py, small: pods restarted and moved between 3 nodes, links
-taken out of the topology and put back, daemons and the API server killed,
-several at a time, with no pause for the lab to settle. The daemons' full pass is set an hour
-away, so only the daemons' handling of events (CNI ADD and DEL, topology
-changes, restarts, pruning) can bring the lab back: afterwards every link
-must pass `lab check` (ARP both ways), every link end must be done, nothing
-be left of a link taken out, and for the wire every ready wire be held by a
-worker with stream refcounts that match. The pass/fail bound on converging is
+taken out of the topology and put back, links' MTUs changed, daemons and the
+API server killed, several at a time, with no pause for the lab to settle.
+The daemons' full pass is set an hour away, so only the daemons' handling of
+events (CNI ADD and DEL, topology changes, restarts, pruning) can bring the
+lab back: afterwards every link must pass `lab check` (ARP both ways), every
+link end must be done, nothing be left of a link taken out, every end have
+its link's MTU, and for the wire every ready wire be held by a worker with
+stream refcounts that match. The pass/fail bound on converging is
 a hang guard far above what it takes, not a timing check.
 """
 
@@ -50,6 +51,7 @@ def test_a_churned_lab_comes_back_whole_without_the_full_pass(tmp_path: Path, ki
     print(f"[measured] {kind}: {json.dumps(result)}")
 
     assert sum(result["ops"].values()) == OPS
+    assert result["ops"]["mtu"] > 0 and result["ops"]["edit"] > 0
     assert result["failed_ops"] == []
     assert result["failing_links"] == []
     assert result["problems"] == []

@@ -1,4 +1,4 @@
-"""Link ends as the kernel sees them: does the interface exist, is it up, its frame counters.
+"""Link ends as the kernel sees them: does the interface exist, is it up, its MTU and counters.
 
 Read fresh on every call (realised state is never cached). A missing
 namespace or interface is a normal answer (`exists=False`), not an error.
@@ -28,6 +28,7 @@ class EndState:
     tx_packets: int = 0
     rx_dropped: int = 0
     tx_dropped: int = 0
+    mtu: int = 0
 
 
 MISSING = EndState(exists=False)
@@ -50,6 +51,7 @@ def _state(link: Any) -> EndState:
         tx_packets=int(stats.get("tx_packets", 0)),
         rx_dropped=int(stats.get("rx_dropped", 0)),
         tx_dropped=int(stats.get("tx_dropped", 0)),
+        mtu=int(link.get_attr("IFLA_MTU") or 0),
     )
 
 
