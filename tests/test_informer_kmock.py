@@ -68,10 +68,12 @@ def _own_loopback() -> Iterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def emulator(*objs: dict[str, Any]) -> AsyncIterator[tuple[Any, ApiClient]]:
-    """A kmock emulator serving `objs`, and an official client pointed at it."""
+async def emulator(*objs: dict[str, Any], crd: bool = True) -> AsyncIterator[tuple[Any, ApiClient]]:
+    """A kmock emulator serving `objs` (or, without `crd`, no Topology resource at all),
+    and an official client pointed at it."""
     async with kmock.KubernetesEmulator() as km, kmock.Server(km) as server:
-        km.resources[TOPOLOGIES] = kmock.ResourceInfo(namespaced=True, kind="Topology")
+        if crd:
+            km.resources[TOPOLOGIES] = kmock.ResourceInfo(namespaced=True, kind="Topology")
         for obj in objs:
             km.objects[TOPOLOGIES, "default", obj["metadata"]["name"]] = obj
         api = await make_api_client(str(server.url), "")
@@ -177,19 +179,15 @@ async def test_a_410_relists_and_deletes_what_the_watch_never_reported(how: str)
 
 
 async def test_an_api_server_without_the_crd_is_retried_and_said_to_need_it() -> None:
-    async with kmock.KubernetesEmulator() as km, kmock.Server(km) as server:
-        api = await make_api_client(str(server.url), "")
-        try:
-            sink = RecordingSink()
-            async with running(api, sink) as informer:
-                await wait_until(lambda: informer.stats.reconnects >= 2, "two attempts")
-                error = informer.stats.last_error
-                assert error.startswith("404 ")
-                assert "install the Topology CRD (deploy/crd.yaml)" in error
-                assert "\n" not in error
-                assert not informer.synced.is_set()
-        finally:
-            await api.close()  # type: ignore[no-untyped-call]
+    async with emulator(crd=False) as (_, api):
+        sink = RecordingSink()
+        async with running(api, sink) as informer:
+            await wait_until(lambda: informer.stats.reconnects >= 2, "two attempts")
+            error = informer.stats.last_error
+            assert error.startswith("404 ")
+            assert "install the Topology CRD (deploy/crd.yaml)" in error
+            assert "\n" not in error
+            assert not informer.synced.is_set()
 
 
 async def test_a_refused_list_names_the_permission_and_syncs_once_granted() -> None:

@@ -11,32 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from links_helpers import grpc_row, veth_row
 
 from meshwire.control import links_command
 from meshwire.control.cli import main as meshwire
+from meshwire.control.daemon.link_report import link_report
+from meshwire.control.reconcile.status import LinkStatus
 
-FAILING = {
-    "link": "default/3",
-    "key": "default/3",
-    "kind": "vxlan",
-    "local": {"pod": "default/r2", "intf": "eth2", "netns": "/var/run/netns/r2"},
-    "peer": {"pod": "default/r3", "intf": "eth2", "node_ip": "10.0.0.7"},
-    "state": "error",
-    "error": "eth2 exists and meshwire did not create it",
-    "attempts": 4,
-    "permanent": True,
+VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
+GRPC = grpc_row("/run/netns/a")
+STATUSES = {
+    VETH.key: LinkStatus().done(),
+    GRPC.key: LinkStatus().failed("eth1 exists and meshwire did not create it", True),
 }
-DONE = {
-    **FAILING,
-    "link": "default/1",
-    "key": "default/1",
-    "kind": "veth",
-    "peer": {"pod": "default/r1", "intf": "eth1", "node_ip": ""},
-    "state": "done",
-    "error": "",
-    "attempts": 0,
-    "permanent": False,
-}
+# What the daemon answers, made as the daemon makes it.
+EVERY = link_report([VETH, GRPC], STATUSES)
+FAILING = link_report([VETH, GRPC], STATUSES, "error")
 
 
 @pytest.fixture
@@ -52,7 +42,7 @@ def daemon() -> Iterator[tuple[str, list[str]]]:
                 self.end_headers()
                 self.wfile.write(b"not found\n")
                 return
-            entries = [FAILING] if self.path.endswith("state=error") else [DONE, FAILING]
+            entries = FAILING if self.path.endswith("state=error") else EVERY
             self.send_response(200)
             self.end_headers()
             self.wfile.write(json.dumps(entries).encode())
@@ -78,19 +68,11 @@ def test_the_table_names_each_end_its_peer_its_state_and_why(
     out = capsys.readouterr().out.splitlines()
     assert asked == ["/links"]
     assert out[0] == "link ends: 2"
-    assert out[2].split() == [
-        "default/1",
-        "veth",
-        "default/r2:eth2",
-        "default/r1:eth1",
-        "done",
-        "0",
-        "-",
-    ]
+    assert out[2].split() == ["lab/3", "veth", "lab/r1:eth2", "lab/r2:eth1", "done", "0", "-"]
     assert out[3].split()[:7] == [
-        "default/3", "vxlan", "default/r2:eth2", "default/r3:eth2", "on", "10.0.0.7", "error",
+        "lab/5", "grpc", "lab/r1:eth1", "lab/r2:eth1", "on", "192.0.2.2", "error",
     ]  # fmt: skip
-    assert out[3].endswith("(permanent)  4       eth2 exists and meshwire did not create it")
+    assert out[3].endswith("(permanent)  1       eth1 exists and meshwire did not create it")
 
 
 def test_state_and_json_pass_the_daemons_answer_through(
@@ -98,7 +80,7 @@ def test_state_and_json_pass_the_daemons_answer_through(
 ) -> None:
     url, asked = daemon
     assert meshwire(["links", "--url", url, "--state", "error", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == [FAILING]
+    assert json.loads(capsys.readouterr().out) == FAILING
     assert asked == ["/links?state=error"]
 
 
