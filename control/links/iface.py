@@ -44,6 +44,10 @@ class Iface:
     link_netnsid: int | None
     # IFLA_INFO_DATA attributes by name (`IFLA_VXLAN_ID`, `IFLA_MACVLAN_MODE`, ...).
     info: dict[str, Any]
+    # Made a moment ago by this daemon (lifecycle.create_and_place): it has no
+    # address yet but what the kernel gives every interface, so `converge` need not
+    # read its addresses. False for anything read from the kernel.
+    fresh: bool = False
 
 
 def _iface(msg: Any) -> Iface:
@@ -145,7 +149,7 @@ def converge(ipr: Any, iface: Iface, mark: Mark, mtu: int, cidr: str) -> None:
         changes["mtu"] = mtu
     if changes:
         ipr.link("set", index=iface.index, **changes)
-    _converge_addresses(ipr, iface.index, parse_address(cidr))
+    _converge_addresses(ipr, iface.index, parse_address(cidr), [] if iface.fresh else None)
     if not iface.up:
         ipr.link("set", index=iface.index, state="up")
 
@@ -169,9 +173,12 @@ def addresses(ipr: Any, index: int) -> list[Any]:
     return [msg for msg in core.event_loop.run_until_complete(collect()) if msg["index"] == index]
 
 
-def _converge_addresses(ipr: Any, index: int, want: Address | None) -> None:
+def _converge_addresses(
+    ipr: Any, index: int, want: Address | None, known: list[Any] | None
+) -> None:
+    """`known`: the interface's addresses when the caller knows them (none: read them)."""
     present = False
-    for msg in addresses(ipr, index):
+    for msg in addresses(ipr, index) if known is None else known:
         local = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
         have = ipaddress.ip_interface(f"{local}/{msg['prefixlen']}")
         if have == want:

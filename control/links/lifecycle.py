@@ -16,7 +16,7 @@ every move: a veth pair costs 9 ms instead of 44 (measured here).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import iface
@@ -80,7 +80,8 @@ def create_and_place(
     mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
 ) -> list[iface.Iface]:
     """Call `create` (it makes each placement's interface as `temp` in its netns), then
-    rename each to its `name`, marked and up; returns them as the kernel now has them.
+    rename each to its `name`, marked and up; returns them as the kernel now has them
+    (`fresh`: no address read back, none is there yet).
 
     Leftovers of an earlier attempt under the temporary names are cleared
     first. On any failure every interface still under a temporary name is
@@ -90,6 +91,7 @@ def create_and_place(
     for placement in placements:
         clear_leftovers(placement.ipr, mark, [placement.temp], placement.netns.path)
     create()
+    made = []
     try:
         for placement in placements:
             created = iface.find(placement.ipr, placement.temp)
@@ -106,20 +108,14 @@ def create_and_place(
                 ifalias=mark.format(),
                 state="up",
             )
+            # As the kernel has it now, without asking again: only the set changed it.
+            made.append(replace(created, name=placement.name, mark=mark, up=True, fresh=True))
     except BaseException:
         for placement in placements:
             left = iface.find(placement.ipr, placement.temp)
             if left is not None:
                 iface.delete(placement.ipr, left.index)
         raise
-    made = []
-    for placement in placements:
-        found = iface.find(placement.ipr, placement.name)
-        if found is None:
-            raise LinkError(
-                mark.link, placement.netns.path, placement.name, "vanished right after creation"
-            )
-        made.append(found)
     return made
 
 
