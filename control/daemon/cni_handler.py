@@ -164,7 +164,7 @@ class DaemonCniHandler:
         current = topology.status.container_id
         if current and container_id and current != container_id:
             log.info(
-                "CNI DEL for %s ignored: container %s is not the pod's current %s",
+                "placement of %s not cleared: container %s is not the pod's current %s",
                 topology.key,
                 container_id,
                 current,

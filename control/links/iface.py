@@ -24,7 +24,6 @@ from .netns import Netns
 
 IFF_UP = 0x1
 IFA_F_NODAD = 0x02
-# IFLA_MTU bounds every kind here accepts (68: the IPv4 minimum).
 
 Address = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
@@ -149,7 +148,8 @@ def converge(ipr: Any, iface: Iface, mark: Mark, mtu: int, cidr: str) -> None:
         changes["mtu"] = mtu
     if changes:
         ipr.link("set", index=iface.index, **changes)
-    _converge_addresses(ipr, iface.index, parse_address(cidr), [] if iface.fresh else None)
+    messages = [] if iface.fresh else addresses(ipr, iface.index)
+    _converge_addresses(ipr, iface.index, parse_address(cidr), messages)
     if not iface.up:
         ipr.link("set", index=iface.index, state="up")
 
@@ -173,12 +173,10 @@ def addresses(ipr: Any, index: int) -> list[Any]:
     return [msg for msg in core.event_loop.run_until_complete(collect()) if msg["index"] == index]
 
 
-def _converge_addresses(
-    ipr: Any, index: int, want: Address | None, known: list[Any] | None
-) -> None:
-    """`known`: the interface's addresses when the caller knows them (none: read them)."""
+def _converge_addresses(ipr: Any, index: int, want: Address | None, messages: list[Any]) -> None:
+    """`messages`: the interface's RTM_NEWADDR messages, as `addresses` gives them."""
     present = False
-    for msg in addresses(ipr, index) if known is None else known:
+    for msg in messages:
         local = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
         have = ipaddress.ip_interface(f"{local}/{msg['prefixlen']}")
         if have == want:

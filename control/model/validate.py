@@ -51,6 +51,7 @@ from meshwire.control.model.topology import LOCALHOST, Link, Topology
 
 MIN_UID = 0
 MAX_UID = 2**24 - 1
+# IFLA_MTU bounds every kind meshwire makes accepts (68: the IPv4 minimum).
 MIN_MTU = 68
 MAX_MTU = 65535
 
