@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 import urllib.error
-import urllib.parse
 import urllib.request
 from typing import Any
 
