@@ -7,7 +7,11 @@ What a caller may rely on:
 - A row is realised by `driver.update(row)`, which reads the kernel back and
   repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
   deleting what does not exist is success. When a row's ends move (new netns,
-  new name) the old ends are cleared first (`driver.move`).
+  new name) the old ends are cleared first (`driver.move`). What is cleared or
+  deleted is what this process last handed to the driver, which is not always
+  the row's last state: changes between two looks are coalesced, so a row can
+  move and go away before it is looked at, and the place it moved to was never
+  built.
 - A `LinkError` is retried with per-key backoff (100 ms doubling to 60 s); a
   `SpecError` is recorded and waits for a change or the next full pass. Every
   failure is in `statuses`; nothing is dropped.
@@ -65,10 +69,12 @@ class LinkReconciler:
         self.initial_done = asyncio.Event()
         self._on_status = on_status
         self._on_duration = on_duration
-        # Rows as last realised, to know what to delete when a row's ends move
-        # or the row goes away. Lost on restart; pruning covers what it misses.
+        # Rows as last handed to `driver.update` (realised, or partly if it
+        # failed), to know what to clear when a row's ends move or the row goes
+        # away. Lost on restart; pruning covers what it misses.
         self._realised: dict[str, LinkRow] = {}
-        # Deleted rows not yet torn down (the table no longer has them).
+        # Deleted rows not yet torn down (the table no longer has them): what is
+        # deleted when nothing was realised by this process (a restart).
         self._deleted: dict[str, LinkRow] = {}
         self._initial: set[str] | None = None
         self._closed = False
@@ -135,7 +141,7 @@ class LinkReconciler:
         try:
             if row is None:
                 # Popped only once the delete succeeded: a failed delete is retried.
-                old = self._deleted.get(key) or self._realised.get(key)
+                old = self._realised.get(key) or self._deleted.get(key)
                 if old is not None:
                     log.debug("link %s: delete %s in %s", key, old.kind.value, old.local.netns)
                     await self._call(self.driver.delete, old)
@@ -154,12 +160,12 @@ class LinkReconciler:
                 )
                 await self._call(self.driver.move, previous, row)
             log.debug("link %s: update %s in %s", key, row.kind.value, row.local.netns)
+            self._realised[key] = row
             await self._call(self.driver.update, row)
         except Exception as exc:  # every failure is recorded and retried, never dropped
             self._failed(key, row, exc)
             self._record_duration("delete" if row is None else "update", started, False)
             return
-        self._realised[key] = row
         self.queue.forget(key)
         self._set_status(row, LinkStatus(State.DONE))
         self._record_duration("update", started, True)
