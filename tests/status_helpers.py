@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 
 import pytest
 
@@ -31,10 +32,12 @@ class FakeStatusApi:
         self.gate.set()
         self.in_flight: Counter[str] = Counter()
         self.most_in_flight_per_key = 0
+        # Bumped by every write that lands, as an API server's resourceVersion.
+        self.resource_version = 0
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, str], if_container: str | None = None
-    ) -> None:
+    ) -> str:
         key = f"{namespace}/{name}"
         self.writes.append((key, dict(status)))
         self.conditions.append(if_container)
@@ -51,11 +54,27 @@ class FakeStatusApi:
             if if_container is not None and holder != if_container:
                 raise StatusSuperseded(f"topology {key}: names {holder!r}, not {if_container!r}")
             self.statuses[key].update(status)
+            self.resource_version += 1
+            return str(self.resource_version)
         finally:
             self.in_flight[key] -= 1
 
     def writes_to(self, key: str) -> list[dict[str, str]]:
         return [fields for written, fields in self.writes if written == key]
+
+
+class HeardWrites:
+    """A status writer's listener that records what it hears."""
+
+    def __init__(self) -> None:
+        self.landed: list[tuple[str, dict[str, str], str]] = []
+        self.dropped: list[tuple[str, dict[str, str]]] = []
+
+    def status_landed(self, key: str, fields: Mapping[str, str], resource_version: str) -> None:
+        self.landed.append((key, dict(fields), resource_version))
+
+    def status_dropped(self, key: str, fields: Mapping[str, str]) -> None:
+        self.dropped.append((key, dict(fields)))
 
 
 @pytest.fixture
@@ -70,7 +89,10 @@ def started(
     rate: float = DEFAULT_WRITE_RATE,
     burst: int = DEFAULT_WRITE_BURST,
     writers: int = DEFAULT_WRITERS,
+    listener: HeardWrites | None = None,
 ) -> StatusWriter:
-    writer = StatusWriter(api, clock=clock, rate=rate, burst=burst, writers=writers)
+    writer = StatusWriter(
+        api, clock=clock, rate=rate, burst=burst, writers=writers, listener=listener
+    )
     writer.start()
     return writer

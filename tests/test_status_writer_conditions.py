@@ -12,7 +12,7 @@ import asyncio
 
 from meshwire.control.reconcile.clock import FakeClock
 from tests.queue_helpers import settle, until
-from tests.status_helpers import FakeStatusApi, clock, started
+from tests.status_helpers import FakeStatusApi, HeardWrites, clock, started
 
 __all__ = ["clock"]
 
@@ -111,4 +111,27 @@ async def test_a_failed_clear_keeps_its_condition_under_fields_set_during_its_ba
 
     assert api.conditions == ["a", "a"]
     assert api.writes_to("lab/r1")[-1] == {**CLEARED, "plumbing_error": ""}
+    await writer.close()
+
+
+async def test_the_listener_hears_each_write_that_landed_and_each_dropped_one(
+    clock: FakeClock,
+) -> None:
+    # The topologies table keeps a placement written here until the API has it:
+    # it needs the resourceVersion each write reached, and to know of a dropped one.
+    api = FakeStatusApi("lab/r1", "lab/r2")
+    api.statuses["lab/r1"] = dict(PLACED_B)
+    api.fail_next["lab/r2"] = 1
+    heard = HeardWrites()
+    writer = started(api, clock, listener=heard)
+    writer.set("lab/r1", if_container="a", **CLEARED)
+    writer.set("lab/r2", **PLACED_A)
+    writer.set("lab/gone", **PLACED_A)
+    await until(lambda: clock.sleepers > 0)
+    assert heard.landed == []  # r2's write failed; it waits out its backoff
+    clock.advance(0.1)
+    await asyncio.wait_for(writer.flush(), timeout=5)
+
+    assert heard.landed == [("lab/r2", PLACED_A, str(api.resource_version))]
+    assert sorted(heard.dropped) == [("lab/gone", PLACED_A), ("lab/r1", CLEARED)]
     await writer.close()

@@ -234,6 +234,20 @@ async def test_a_conditional_write_lands_while_the_status_names_its_container(
         assert await status_of(objects) == CLEARED
 
 
+async def test_a_write_returns_the_resource_version_the_object_reached(
+    tmp_path: Path, client_for: list[ApiClient]
+) -> None:
+    async with embedded_api_with(tmp_path, client_for, PLACED_B) as (api, objects):
+        first = await api.patch_status("lab", "r1", CLEARED, if_container="b")
+        second = await api.patch_status("lab", "r1", PLACED_B)
+        current = cast(
+            dict[str, Any],
+            await objects.get_namespaced_custom_object(GROUP, VERSION, "lab", PLURAL, "r1"),
+        )
+        assert int(first) < int(second)
+        assert second == current["metadata"]["resourceVersion"]
+
+
 async def test_a_conditional_write_for_another_container_is_superseded_and_changes_nothing(
     tmp_path: Path, client_for: list[ApiClient]
 ) -> None:

@@ -117,6 +117,7 @@ class Daemon:
         self.status = StatusWriter(
             KubeStatusApi(api, self.config.api.request_timeout),
             rate=self.config.reconcile.status_rate,
+            listener=self.topologies,
         )
         informer = Informer(
             api,

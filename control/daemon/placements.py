@@ -28,12 +28,12 @@ down, and it names the sandbox this node added last.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
 from meshwire.control.model.topology import Topology
+from meshwire.control.tables.local_placements import PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,11 @@ def write_placement(
 ) -> None:
     """Record where `topology`'s pod runs, `placement` being (`src_ip`, `net_ns`,
     `container_id`), all empty for nowhere: in the table at once, so links are
-    derived from it now, and in the API through the status writer (conditional
-    with `if_container`, see status_writer.py)."""
+    derived from it now (and kept over older objects from the informer until the
+    API has it), and in the API through the status writer (conditional with
+    `if_container`, see status_writer.py)."""
     src_ip, net_ns, container_id = placement
-    status = dataclasses.replace(
-        topology.status, src_ip=src_ip, net_ns=net_ns, container_id=container_id
-    )
-    if status != topology.status:
-        topologies.upsert(dataclasses.replace(topology, status=status))
+    topologies.place(topology.key, PodPlacement(src_ip, net_ns, container_id))
     set_status(
         topology.key,
         if_container=if_container,

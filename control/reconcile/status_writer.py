@@ -23,6 +23,9 @@ replaced only by a write that names a container (a new placement); other
 fields set meanwhile join the conditional write. A write whose condition no
 longer holds is dropped.
 
+A `listener` (the topologies table) hears of each write that landed, with
+the resourceVersion the object reached, and of each dropped one.
+
 Lifecycle: `start()` on the running loop, `set()` any number of times,
 `await written(key)` to wait until one topology's fields are written (CNI ADD
 and DEL answer only then), `await flush()` to wait until everything recorded
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
 from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
@@ -73,14 +77,25 @@ class StatusSuperseded(Exception):
 class StatusApi(Protocol):
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, str], if_container: str | None = None
-    ) -> None:
+    ) -> str:
         """Merge `status` into the Topology's status subresource; with `if_container`,
-        only while `status.container_id` is that container.
+        only while `status.container_id` is that container. Returns the object's
+        resourceVersion after the write ("" if the server did not say).
 
         Raises StatusNotFound if the object does not exist, StatusSuperseded if
         the condition does not hold; any other exception is a failed write that
         the caller retries.
         """
+        ...
+
+
+class WriteListener(Protocol):
+    def status_landed(self, key: str, fields: Mapping[str, str], resource_version: str) -> None:
+        """`fields` of Topology `key` are in the API, whose object is now at `resource_version`."""
+        ...
+
+    def status_dropped(self, key: str, fields: Mapping[str, str]) -> None:
+        """`fields` of Topology `key` will not be written (object gone, condition failed)."""
         ...
 
 
@@ -98,7 +113,7 @@ class KubeStatusApi:
 
     async def patch_status(
         self, namespace: str, name: str, status: dict[str, str], if_container: str | None = None
-    ) -> None:
+    ) -> str:
         body: dict[str, Any] = {"status": status}
         topology: dict[str, Any] = {
             "group": GROUP,
@@ -121,7 +136,7 @@ class KubeStatusApi:
                     )
                 # A precondition: 409 Conflict if the object changed since the read.
                 body["metadata"] = {"resourceVersion": current["metadata"]["resourceVersion"]}
-            await self._api.patch_namespaced_custom_object_status(
+            written = await self._api.patch_namespaced_custom_object_status(
                 **topology,
                 body=body,
                 # The client's default for a dict body is merge patch too; naming
@@ -133,6 +148,8 @@ class KubeStatusApi:
             if err.status == 404:
                 raise StatusNotFound(f"topology {namespace}/{name}: not found") from err
             raise
+        metadata = written.get("metadata") if isinstance(written, dict) else None
+        return str((metadata or {}).get("resourceVersion") or "")
 
 
 class StatusWriter:
@@ -145,6 +162,7 @@ class StatusWriter:
         burst: int = DEFAULT_WRITE_BURST,
         writers: int = DEFAULT_WRITERS,
         backoff: RateLimiter | None = None,
+        listener: WriteListener | None = None,
     ) -> None:
         """Raises ValueError for a rate or burst that is not positive, or writers < 1."""
         if writers < 1:
@@ -158,6 +176,7 @@ class StatusWriter:
             limiter=backoff if backoff is not None else ExponentialBackoff(),
         )
         self._writers = writers
+        self._listener = listener
         # ns/name -> fields recorded and not yet handed to a write. Invariant: a
         # key here is in the queue (ready or waiting out its backoff) or in
         # _writing, whose worker requeues it when its write ends.
@@ -288,13 +307,17 @@ class StatusWriter:
         condition = self._conditions.pop(key, None)
         namespace, _, name = key.partition("/")
         try:
-            await self._api.patch_status(namespace, name, fields, condition)
+            resource_version = await self._api.patch_status(namespace, name, fields, condition)
         except StatusNotFound:
             log.info("status of topology %s not written: the object no longer exists", key)
             self._queue.forget(key)
+            if self._listener is not None:
+                self._listener.status_dropped(key, fields)
         except StatusSuperseded as why:
             log.info("status of topology %s: write %s dropped: %s", key, sorted(fields), why)
             self._queue.forget(key)
+            if self._listener is not None:
+                self._listener.status_dropped(key, fields)
         except asyncio.CancelledError:
             self._restore(key, fields, condition)
             raise
@@ -311,6 +334,8 @@ class StatusWriter:
             return
         else:
             self._queue.forget(key)
+            if self._listener is not None:
+                self._listener.status_landed(key, fields, resource_version)
         if key in self._pending:
             self._queue.add(key)
 

@@ -7,13 +7,18 @@ the lookups the reconcilers need O(1):
   inverted index of KNE #743), so a change to pod X touches only X and its
   dependents;
 - `node`: `status.src_ip` -> the pods on that node.
+
+A placement this node wrote (`place`) is shown over the informer's older
+objects until the API has it (local_placements.py); the status writer says
+when a write landed or was dropped (`status_landed`, `status_dropped`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from meshwire.control.model.topology import Topology
+from meshwire.control.tables.local_placements import LocalPlacement, PodPlacement
 from meshwire.control.tables.table import ChangeTracker, Table
 
 PEER_INDEX = "peer"
@@ -35,6 +40,13 @@ class TopologyTable:
         self.table: Table[Topology] = Table(
             "topologies", indexes={PEER_INDEX: _peers, NODE_INDEX: _node}
         )
+        # Pod key -> the placement this node wrote and the API may not have yet.
+        # Invariant: a key is here iff it is in _delivered, and its row is
+        # _delivered[key] with the placement laid over it.
+        self._local: dict[str, LocalPlacement] = {}
+        # Pod key -> the object as the informer last delivered it (or as the
+        # table held it when the placement was written).
+        self._delivered: dict[str, Topology] = {}
 
     @property
     def revision(self) -> int:
@@ -54,13 +66,60 @@ class TopologyTable:
         return self.table.keys()
 
     def upsert(self, topology: Topology) -> None:
-        """Store the object; an identical object is not a change (no revision bump)."""
-        if self.table.get(topology.key) == topology:
-            return
-        self.table.upsert(topology.key, topology)
+        """Store the object as the API has it, under any placement written here that
+        it does not include yet; an identical row is not a change (no revision bump)."""
+        key = topology.key
+        local = self._local.get(key)
+        if local is not None:
+            if local.caught_up(topology):
+                self._forget(key)
+            else:
+                self._delivered[key] = topology
+                topology = local.placement.over(topology)
+        self._store(topology)
 
     def delete(self, key: str) -> None:
+        self._forget(key)
         self.table.delete(key)
+
+    def place(self, key: str, placement: PodPlacement) -> None:
+        """This node wrote `placement` into pod `key`'s status: the row shows it at
+        once, and keeps it over older objects from the informer. A key the table
+        does not hold is a no-op (the write will find the object gone)."""
+        current = self.table.get(key)
+        if current is None:
+            return
+        delivered = self._delivered.setdefault(key, current)
+        self._local[key] = LocalPlacement(placement)
+        self._store(placement.over(delivered))
+
+    def status_landed(self, key: str, fields: Mapping[str, str], resource_version: str) -> None:
+        """The status writer wrote `fields` for `key`; the object is at `resource_version`."""
+        local = self._local.get(key)
+        if local is None or PodPlacement.of_fields(fields) != local.placement:
+            return
+        local.landed_at = resource_version
+        delivered = self._delivered[key]
+        if local.caught_up(delivered):
+            self._forget(key)
+            self._store(delivered)
+
+    def status_dropped(self, key: str, fields: Mapping[str, str]) -> None:
+        """The status writer dropped `fields` for `key`: the API's object stands."""
+        local = self._local.get(key)
+        if local is None or PodPlacement.of_fields(fields) != local.placement:
+            return
+        delivered = self._delivered[key]
+        self._forget(key)
+        self._store(delivered)
+
+    def _store(self, topology: Topology) -> None:
+        if self.table.get(topology.key) != topology:
+            self.table.upsert(topology.key, topology)
+
+    def _forget(self, key: str) -> None:
+        self._local.pop(key, None)
+        self._delivered.pop(key, None)
 
     def mark_initialized(self) -> None:
         self.table.mark_initialized()
