@@ -15,6 +15,7 @@ when a write landed or was dropped (`status_landed`, `status_dropped`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from meshwire.control.model.topology import Topology
@@ -23,6 +24,8 @@ from meshwire.control.tables.table import ChangeTracker, Table
 
 PEER_INDEX = "peer"
 NODE_INDEX = "node"
+
+log = logging.getLogger(__name__)
 
 
 def _peers(topology: Topology) -> Iterable[str]:
@@ -75,6 +78,14 @@ class TopologyTable:
                 self._forget(key)
             else:
                 self._delivered[key] = topology
+                if PodPlacement.of_status(topology.status) != local.placement:
+                    log.debug(
+                        "topology %s: resourceVersion %s predates this node's placement "
+                        "(container %r), which is kept",
+                        key,
+                        topology.resource_version,
+                        local.placement.container_id,
+                    )
                 topology = local.placement.over(topology)
         self._store(topology)
 
