@@ -47,14 +47,6 @@ def placed_here(placement: PodPlacement = NEW) -> TopologyTable:
     return table
 
 
-def fields(placement: PodPlacement) -> dict[str, str]:
-    return {
-        "src_ip": placement.src_ip,
-        "net_ns": placement.net_ns,
-        "container_id": placement.container_id,
-    }
-
-
 def test_a_placement_written_here_is_shown_at_once() -> None:
     assert shown(placed_here()) == NEW
 
@@ -75,7 +67,7 @@ def test_a_write_on_its_way_keeps_the_placement_whatever_the_informer_delivers()
 
 def test_the_apis_object_takes_over_once_it_includes_the_write() -> None:
     table = placed_here()
-    table.status_landed("default/r1", fields(NEW), "20")
+    table.status_landed("default/r1", NEW.fields(), "20")
     table.upsert(r1(OLD, 19))  # replayed from before the write
     assert shown(table) == NEW
     table.upsert(r1(NEW, 20))
@@ -91,7 +83,7 @@ def test_an_object_already_past_the_write_when_it_lands_ends_it_at_once() -> Non
     elsewhere = PodPlacement("10.9.9.9", "/ns/r1-c", "c")
     table.upsert(r1(elsewhere, 30))
     assert shown(table) == NEW
-    table.status_landed("default/r1", fields(NEW), "25")
+    table.status_landed("default/r1", NEW.fields(), "25")
     assert shown(table) == elsewhere
 
 
@@ -100,17 +92,17 @@ def test_a_dropped_write_gives_the_row_back_to_the_apis_object() -> None:
     elsewhere = PodPlacement("10.9.9.9", "/ns/r1-c", "c")
     table.upsert(r1(elsewhere, 11))
     assert shown(table) == CLEARED
-    table.status_dropped("default/r1", fields(CLEARED))
+    table.status_dropped("default/r1", CLEARED.fields())
     assert shown(table) == elsewhere
 
 
 def test_a_write_of_an_earlier_placement_says_nothing_about_a_later_one() -> None:
     table = placed_here(CLEARED)
     table.place("default/r1", NEW)
-    table.status_landed("default/r1", fields(CLEARED), "11")
+    table.status_landed("default/r1", CLEARED.fields(), "11")
     table.upsert(r1(CLEARED, 11))
     assert shown(table) == NEW
-    table.status_dropped("default/r1", fields(CLEARED))
+    table.status_dropped("default/r1", CLEARED.fields())
     assert shown(table) == NEW
     table.status_landed("default/r1", {"plumbing_error": ""}, "12")
     table.upsert(r1(CLEARED, 12))
@@ -121,7 +113,7 @@ def test_without_integer_resource_versions_the_object_naming_the_placement_ends_
     table = TopologyTable()
     table.upsert(_opaque(r1(OLD, 10)))
     table.place("default/r1", NEW)
-    table.status_landed("default/r1", fields(NEW), "x2")
+    table.status_landed("default/r1", NEW.fields(), "x2")
     table.upsert(_opaque(r1(OLD, 11)))
     assert shown(table) == NEW
     table.upsert(_opaque(r1(NEW, 12)))

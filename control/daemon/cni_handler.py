@@ -39,6 +39,7 @@ from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
 from meshwire.control.reconcile.status import LinkStatus, State
+from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class DaemonCniHandler:
         topology = await self._topology(request)
         if topology is None:
             return
-        self._place(topology, request.netns, request.container_id)
+        placement = PodPlacement(self.node_ip, request.netns, request.container_id)
+        write_placement(self.topologies, self._status.set, topology.key, placement)
         self.placements.added(topology.key, request.container_id, request.netns, request.network)
         # A new sandbox: its links are checked against the kernel even when they
         # derive as before (a netns at the same path, a DEL that never came).
@@ -172,20 +174,10 @@ class DaemonCniHandler:
             return False
         if topology.status.src_ip and topology.status.src_ip != self.node_ip:
             return False
-        self._place(topology, "", "", src_ip="", if_container=container_id or None)
+        write_placement(
+            self.topologies, self._status.set, topology.key, NOWHERE, container_id or None
+        )
         return True
-
-    def _place(
-        self,
-        topology: Topology,
-        netns: str,
-        container_id: str,
-        src_ip: str | None = None,
-        if_container: str | None = None,
-    ) -> None:
-        node = self.node_ip if src_ip is None else src_ip
-        placement = (node, netns, container_id)
-        write_placement(self.topologies, self._status.set, topology, placement, if_container)
 
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.

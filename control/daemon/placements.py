@@ -32,7 +32,6 @@ import logging
 from collections.abc import Callable
 
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
-from meshwire.control.model.topology import Topology
 from meshwire.control.tables.local_placements import PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 
@@ -42,24 +41,16 @@ log = logging.getLogger(__name__)
 def write_placement(
     topologies: TopologyTable,
     set_status: Callable[..., None],
-    topology: Topology,
-    placement: tuple[str, str, str],
+    key: str,
+    placement: PodPlacement,
     if_container: str | None = None,
 ) -> None:
-    """Record where `topology`'s pod runs, `placement` being (`src_ip`, `net_ns`,
-    `container_id`), all empty for nowhere: in the table at once, so links are
-    derived from it now (and kept over older objects from the informer until the
-    API has it), and in the API through the status writer (conditional with
-    `if_container`, see status_writer.py)."""
-    src_ip, net_ns, container_id = placement
-    topologies.place(topology.key, PodPlacement(src_ip, net_ns, container_id))
-    set_status(
-        topology.key,
-        if_container=if_container,
-        src_ip=src_ip,
-        net_ns=net_ns,
-        container_id=container_id,
-    )
+    """Record where pod `key` runs (`NOWHERE` for nowhere): in the table at once, so
+    links are derived from it now (and kept over older objects from the informer
+    until the API has it), and in the API through the status writer (conditional
+    with `if_container`, see status_writer.py)."""
+    topologies.place(key, placement)
+    set_status(key, if_container=if_container, **placement.fields())
 
 
 class PlacementKeeper:
@@ -134,8 +125,8 @@ class PlacementKeeper:
                 key,
                 held.container_id,
             )
-            placement = (self.node_ip, held.netns, held.container_id)
-            write_placement(self.topologies, self._set_status, topology, placement, "")
+            placement = PodPlacement(self.node_ip, held.netns, held.container_id)
+            write_placement(self.topologies, self._set_status, key, placement, "")
             restored.append(key)
         return restored
 

@@ -57,6 +57,10 @@ class PodPlacement:
         except KeyError:
             return None
 
+    def fields(self) -> dict[str, str]:
+        """The status fields that say this placement, as a status write carries them."""
+        return {"src_ip": self.src_ip, "net_ns": self.net_ns, "container_id": self.container_id}
+
     def over(self, topology: Topology) -> Topology:
         """`topology` with this placement in its status."""
         status = dataclasses.replace(
@@ -66,6 +70,10 @@ class PodPlacement:
             container_id=self.container_id,
         )
         return dataclasses.replace(topology, status=status)
+
+
+# A pod that runs nowhere: what a CNI DEL writes.
+NOWHERE = PodPlacement("", "", "")
 
 
 @dataclass(slots=True)
