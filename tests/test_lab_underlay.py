@@ -46,6 +46,34 @@ def test_each_node_reaches_the_api_on_the_hub_address(lab: Lab) -> None:
         assert answer is not None and answer[0] == 200, node
 
 
+def test_each_node_keeps_its_daemon_ports_out_of_its_ephemeral_range(lab: Lab) -> None:
+    for node in ("node1", "node2", "node3"):
+        done = in_ns(f"{lab.prefix}{node}", "sysctl", "-n", "net.ipv4.ip_local_reserved_ports")
+        # metrics, peer, and the frame stream of its one worker (a lab node has 1 by default)
+        assert done.stdout.strip() == "51100,51111-51112", f"{node}: {done.stdout}{done.stderr}"
+
+
+def test_a_probe_that_connects_to_itself_finds_nothing_listening() -> None:
+    """With the probed port the only ephemeral port, connect() meets itself (a TCP
+    simultaneous open); the probe must say "not open" and let the port go."""
+    ns = f"mwt{secrets.token_hex(4)}p"
+    port = 40000 + secrets.randbelow(20000)
+    try:
+        netns.create(ns)
+        done = in_ns(ns, "sysctl", "-w", f"net.ipv4.ip_local_port_range={port} {port}")
+        assert done.returncode == 0, done.stderr
+        assert not tcp_open("127.0.0.1", port, netns=ns)
+        assert http_get("127.0.0.1", port, "/", netns=ns) is None
+        listener = netns.socket_in(ns, socket.AF_INET, socket.SOCK_STREAM)
+        with listener:
+            listener.bind(("127.0.0.1", port))
+            listener.listen()
+            in_ns(ns, "sysctl", "-w", "net.ipv4.ip_local_port_range=32768 60999")
+            assert tcp_open("127.0.0.1", port, netns=ns)
+    finally:
+        netns.delete(ns)
+
+
 def test_the_host_namespace_gets_no_link_local_address_or_route(tmp_path: Path) -> None:
     def host_view() -> tuple[str, str]:
         addrs = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True)

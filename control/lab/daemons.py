@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
-from meshwire.control.config import ConfigError, load_config
+from meshwire.control.config import Config, ConfigError, load_config
 from meshwire.control.lab.errors import LabError
+from meshwire.dataplane import hostport
 
 DEFAULT_PEER_PORT = 51111
 DEFAULT_METRICS_PORT = 51100
@@ -70,21 +71,21 @@ def node_config(
     return config
 
 
-def write_config(config: dict[str, Any], path: Path) -> None:
-    """Write and validate the node config, so a bad base key fails `up` before any daemon runs."""
+def write_config(config: dict[str, Any], path: Path) -> Config:
+    """Write the node config and return it validated, so a bad base key fails `up`
+    before any daemon runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     try:
-        load_config(path, env={})
+        return load_config(path, env={})
     except ConfigError as exc:
         raise LabError(f"node {config['node_name']}: {exc}") from None
 
 
-def metrics_address(config: dict[str, Any]) -> tuple[str, int]:
-    host, _, port = str(config["metrics"]["listen"]).rpartition(":")
-    return host, int(port)
-
-
-def add_timeout(config: dict[str, Any]) -> float:
-    """The node's cni.add_timeout (validated by `write_config`)."""
-    return float(config["cni"]["add_timeout"])
+def listen_ports(config: Config) -> list[int]:
+    """The TCP ports the node's daemon listens on: the peer service, the metrics
+    endpoint and each wire worker's frame stream."""
+    workers = range(config.dataplane.port_base, config.dataplane.port_base + config.worker_count)
+    return sorted(
+        {hostport.split(config.peer.listen)[1], hostport.split(config.metrics.listen)[1], *workers}
+    )

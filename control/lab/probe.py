@@ -2,17 +2,27 @@
 
 A probe never raises for "not there yet": `http_get` returns None when it cannot
 connect or read, so callers can poll it with `wait_until`.
+
+A probe of an address of its own namespace can connect to itself: when nothing
+listens yet and the kernel picks the probed port as the ephemeral source port,
+the SYN meets itself (TCP simultaneous open). That socket would answer the probe
+with its own request and, while open or in TIME_WAIT, keep the daemon from
+binding its port. A probe resets such a connection at once (no TIME_WAIT) and
+counts it as "not there yet".
 """
 
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from collections.abc import Callable
 
 from meshwire.control.lab.netns import socket_in
 
 POLL = 0.1
+# SO_LINGER on, 0 s: close() sends a reset and leaves no TIME_WAIT holding the port.
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 
 
 def http_get(
@@ -29,7 +39,7 @@ def http_get(
     with sock:
         sock.settimeout(timeout)
         try:
-            sock.connect((host, port))
+            _connect(sock, host, port)
             sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
             chunks = []
             while data := sock.recv(65536):
@@ -53,10 +63,19 @@ def tcp_open(host: str, port: int, netns: str | None = None) -> bool:
         )
         with sock:
             sock.settimeout(1.0)
-            sock.connect((host, port))
+            _connect(sock, host, port)
             return True
     except OSError:
         return False
+
+
+def _connect(sock: socket.socket, host: str, port: int) -> None:
+    """Connect, raising ConnectionRefusedError for a connection to the socket itself
+    (then closing `sock` resets it and frees the port)."""
+    sock.connect((host, port))
+    if sock.getsockname() == sock.getpeername():
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+        raise ConnectionRefusedError(f"{host}:{port}: connected to itself; nothing listens")
 
 
 def wait_until(

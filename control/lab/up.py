@@ -217,16 +217,16 @@ def _create_node(
     node_dir = lab.node_dir(node)
     config = daemons.node_config(dict(base), node, ip, state.api_url, node_dir)
     config_path = node_dir / "config.yaml"
-    daemons.write_config(config, config_path)
-    host, port = daemons.metrics_address(config)
+    loaded = daemons.write_config(config, config_path)
+    nodes.reserve_ports(names, node, daemons.listen_ports(loaded))
     state.nodes[node] = NodeRecord(
         node,
         ns,
         ip,
         str(config_path),
-        config["cni"]["socket"],
-        f"{host}:{port}",
-        daemons.add_timeout(config) + MARGIN,
+        loaded.cni.socket,
+        loaded.metrics.listen,
+        loaded.cni.add_timeout + MARGIN,
     )
     lab.save(state)
 
