@@ -69,8 +69,11 @@ def in_netns(netns: str, fn: Callable[[], T]) -> T:
     return result[0]
 
 
-def socket_in(netns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
-    """A socket created inside `netns`; it stays there whatever thread uses it."""
+def socket_in(netns: str | None, family: int, kind: int, proto: int = 0) -> socket.socket:
+    """A socket created inside `netns` (None: the caller's own); it stays there
+    whatever thread uses it."""
+    if netns is None:
+        return socket.socket(family, kind, proto)
     return in_netns(netns, lambda: socket.socket(family, kind, proto))
 
 

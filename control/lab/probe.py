@@ -30,10 +30,7 @@ def http_get(
 ) -> tuple[int, str] | None:
     """GET `path` (HTTP/1.0) -> (status, body), from inside `netns` when given; None on failure."""
     try:
-        if netns is None:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        else:
-            sock = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
     except OSError:
         return None
     with sock:
@@ -56,12 +53,7 @@ def http_get(
 def tcp_open(host: str, port: int, netns: str | None = None) -> bool:
     """Whether something accepts connections on host:port, seen from `netns` when given."""
     try:
-        sock = (
-            socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            if netns is None
-            else socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
-        )
-        with sock:
+        with socket_in(netns, socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(1.0)
             _connect(sock, host, port)
             return True

@@ -31,14 +31,8 @@ def _split(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _tcp_socket(netns: str | None) -> socket.socket:
-    if netns is None:
-        return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    return socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
-
-
 def listen_socket(address: tuple[str, int], netns: str | None) -> socket.socket:
-    sock = _tcp_socket(netns)
+    sock = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(address)
     sock.listen(128)
@@ -61,7 +55,7 @@ async def serve(listener: socket.socket, target: tuple[str, int], netns: str | N
     loop = asyncio.get_running_loop()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        upstream = _tcp_socket(netns)
+        upstream = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
         upstream.setblocking(False)
         try:
             await loop.sock_connect(upstream, target)
