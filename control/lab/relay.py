@@ -21,14 +21,10 @@ import socket
 import sys
 
 from meshwire.control.lab.netns import socket_in
+from meshwire.dataplane import hostport
 
 CHUNK = 65536
 MODULE = "meshwire.control.lab.relay"
-
-
-def _split(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    return host, int(port)
 
 
 def listen_socket(address: tuple[str, int], netns: str | None) -> socket.socket:
@@ -84,12 +80,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--to-netns", help="namespace to connect from (default: this one)")
     args = parser.parse_args(argv)
     try:
-        listener = listen_socket(_split(args.listen), args.listen_netns)
+        listener = listen_socket(hostport.split(args.listen), args.listen_netns)
     except OSError as exc:
         print(f"relay: cannot listen on {args.listen}: {exc.strerror}", file=sys.stderr)
         return 1
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(listener, _split(args.to), args.to_netns))
+        asyncio.run(serve(listener, hostport.split(args.to), args.to_netns))
     return 0
 
 
