@@ -10,6 +10,9 @@ Start-up order makes pruning safe: the links table is marked initialized only
 after the informer's first list has been applied and derived, and pruning
 waits for every row of that moment to be attempted once.
 
+Its listen ports are waited for while something else holds them
+(`listening.py`); a stop during that wait releases what had started.
+
 Shutdown stops intake (CNI endpoint, informer), lets in-flight link
 operations finish, flushes status writes for a bounded time, and never tears
 links down: they keep carrying traffic while the daemon is away.
@@ -37,6 +40,7 @@ from meshwire.control.links.driver import Drivers, KindDriver
 from meshwire.control.links.macvlan import MacvlanDriver
 from meshwire.control.links.veth import VethDriver
 from meshwire.control.links.vxlan import VxlanDriver
+from meshwire.control.listening import ListenError, StoppedWaiting, start_patiently
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks, new_links_table
 from meshwire.control.reconcile.prune import prune
@@ -163,10 +167,17 @@ class Daemon:
             self.not_ready,
             lambda state: link_report(self.links.values(), self.reconciler.statuses, state),
         )
-        await health.start()
-        if self.wire is not None:
-            self.metrics.registry.register(WireCollector(self.wire))
-            await self.wire.start()
+        try:
+            await self._listen(health)
+        except (StoppedWaiting, ListenError) as exc:
+            log.info("meshwire daemon stopping before it served: %s; links stay up", exc)
+            if self.wire is not None:
+                await self.wire.close()
+            await health.stop()
+            await api.close()  # type: ignore[no-untyped-call]
+            if isinstance(exc, ListenError):
+                raise
+            return
         await endpoint.start()
         self.status.start()
         tasks = [
@@ -206,6 +217,14 @@ class Daemon:
             placements.close()
             await health.stop()
             await api.close()  # type: ignore[no-untyped-call]
+
+    async def _listen(self, health: HealthServer) -> None:
+        """Open the metrics port, then the wire's (workers, Peer service), each waited for."""
+        metrics = f"metrics.listen {self.config.metrics.listen}"
+        await start_patiently(metrics, health.start, stopping=self._stopping)
+        if self.wire is not None:
+            self.metrics.registry.register(WireCollector(self.wire))
+            await self.wire.start(self._stopping)
 
     async def _derive_loop(self, placements: PlacementKeeper) -> None:
         await self.topologies.wait_initialized()

@@ -16,6 +16,7 @@ import sys
 import uvloop
 
 from meshwire.control.config import Config, ConfigError, load_config, parse_overrides
+from meshwire.control.listening import ListenError
 from meshwire.dataplane.logs import setup_logging
 
 # Flag -> config key, for the keys deployments set most.
@@ -61,7 +62,11 @@ def main(argv: list[str]) -> int:
     # daemon never forks with grpc live (workers are spawned).
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     setup_logging(config.log.level, config.log.format, config.node_name)
-    uvloop.run(_run(config))
+    try:
+        uvloop.run(_run(config))
+    except ListenError as exc:
+        print(f"meshwire daemon: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

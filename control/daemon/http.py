@@ -44,9 +44,14 @@ class HealthServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/links", self._links_json)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port).start()
+        except OSError:
+            await runner.cleanup()  # a start that failed may be tried again
+            raise
+        self._runner = runner
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -101,8 +101,10 @@ async def start_peer_server(listen: str, manager: WireManager) -> Any:
         host, port = hostport.split(listen)
         bound = server.add_insecure_port(hostport.join(host or "::", port))
     except RuntimeError as exc:
+        await server.stop(None)
         raise OSError(f"peer.listen {listen}: cannot bind: {exc}") from None
     if bound == 0:
+        await server.stop(None)
         raise OSError(f"peer.listen {listen}: cannot bind")
     await server.start()
     return server

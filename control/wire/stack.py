@@ -21,6 +21,7 @@ from typing import Any
 
 from meshwire.control.config import Config
 from meshwire.control.links.grpc import GrpcDriver
+from meshwire.control.listening import start_patiently
 from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.reconcile.retries import ExponentialBackoff
 from meshwire.control.wire.handshake import Handshaker
@@ -30,6 +31,7 @@ from meshwire.control.wire.peer_service import start_peer_server
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
 from meshwire.control.wire.thread_ends import ThreadEnds
 from meshwire.dataplane import hostport
+from meshwire.dataplane.handle import WorkerError
 
 # The Peer service stops within this grace (in-flight handshakes finish).
 SERVER_GRACE = 0.5
@@ -71,11 +73,27 @@ class WireStack:
     def _desired(self, wire_id: int) -> Desired | None:
         return self.manager.desired(wire_id)
 
-    async def start(self) -> None:
-        """Start on the event loop the daemon runs; the driver works from then on."""
+    async def start(self, stopping: asyncio.Event | None = None) -> None:
+        """Start on the event loop the daemon runs; the driver works from then on.
+
+        Ports that are taken are waited for (`listening.py`): StoppedWaiting if
+        `stopping` is set meanwhile, ListenError past the patience. `close`
+        releases whatever started either way."""
         self.ends.bind(asyncio.get_running_loop())
-        await self.pool.start()
-        self._server = await start_peer_server(self.config.peer.listen, self.manager)
+        first = self.config.dataplane.port_base
+        last = first + self.pool.settings.count - 1
+        await start_patiently(
+            f"dataplane.port_base {first} (ports {first}-{last} on {self.config.node_ip})",
+            self.pool.start,
+            errors=(WorkerError,),
+            stopping=stopping,
+        )
+        listen = self.config.peer.listen
+        self._server = await start_patiently(
+            f"peer.listen {listen}",
+            lambda: start_peer_server(listen, self.manager),
+            stopping=stopping,
+        )
         self._task = asyncio.create_task(self.handshaker.run(), name="handshakes")
         self.started = True
 

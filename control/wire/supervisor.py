@@ -100,17 +100,20 @@ class WorkerPool:
     # -- life ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Starts every worker and waits until each serves; raises WorkerError if one cannot."""
+        """Starts every worker and waits until each serves; raises WorkerError if one cannot.
+
+        A start that fails stops the workers it started, so it may be tried again.
+        """
         handles = await asyncio.gather(
             *(self._spawn(slot) for slot in self._slots), return_exceptions=True
         )
-        failed = [h for h in handles if isinstance(h, BaseException)]
-        for slot, handle in zip(self._slots, handles, strict=True):
-            if isinstance(handle, WorkerHandle):
-                slot.handle = handle
+        started = [h for h in handles if isinstance(h, WorkerHandle)]
+        failed = [h for h in handles if not isinstance(h, WorkerHandle)]
         if failed:
-            await self.close()
+            await asyncio.gather(*(h.stop() for h in started), return_exceptions=True)
             raise WorkerError(f"dataplane workers did not start: {failed[0]}")
+        for slot, handle in zip(self._slots, started, strict=True):
+            slot.handle = handle
         self._tasks = [
             asyncio.create_task(self._serve(slot), name=f"worker-{slot.index}")
             for slot in self._slots

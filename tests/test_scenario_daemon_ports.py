@@ -1,0 +1,157 @@
+"""A daemon starting while its listen ports are held by something else waits for
+them, and serves on each once it is released, instead of exiting.
+
+The daemon is the real one, with the gRPC wire (a real worker process), in a
+private network namespace whose loopback is its node address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+import aiohttp
+import pytest
+from api_helpers import private_loopback
+
+from meshwire.control.config import Config, load_config
+from meshwire.control.daemon.app import Daemon
+
+pytestmark = pytest.mark.root
+
+METRICS, PEER, WORKER = 51100, 51111, 51121
+WAIT = 30.0
+
+
+def holding(port: int) -> socket.socket:
+    """A socket listening on 127.0.0.1:`port`: a daemon cannot bind it while it is open."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
+async def warned(caplog: pytest.LogCaptureFixture, key: str, task: asyncio.Task[None]) -> None:
+    """Until the daemon has logged that it waits for `key`; fails if it stopped instead."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while not any(r.getMessage().startswith(key) for r in caplog.records):
+        if task.done():
+            task.result()
+            raise AssertionError(f"the daemon stopped instead of waiting for {key}")
+        assert loop.time() < deadline, f"no warning about {key} within {WAIT}s"
+        await asyncio.sleep(0.02)
+
+
+async def healthz() -> str:
+    timeout = aiohttp.ClientTimeout(total=5)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"http://127.0.0.1:{METRICS}/healthz") as response,
+    ):
+        return await response.text()
+
+
+def accepts(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def grpc_config(tmp_path: Path) -> Config:
+    return load_config(
+        None,
+        env={},
+        overrides={
+            "node_name": "node1",
+            "node_ip": "127.0.0.1",
+            # Nothing serves the API: starting to listen does not need it.
+            "api.url": "http://127.0.0.1:1",
+            "cni.socket": str(tmp_path / "cni.sock"),
+            "cni.state_dir": str(tmp_path / "sandboxes"),
+            "metrics.listen": f"127.0.0.1:{METRICS}",
+            "peer.listen": f"127.0.0.1:{PEER}",
+            "inter_node_link_type": "grpc",
+            "workers": "1",
+            "dataplane.port_base": str(WORKER),
+        },
+    )
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_daemon_whose_ports_are_taken_serves_on_each_once_released(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="meshwire.control.listening")
+    with private_loopback():
+        config = grpc_config(tmp_path)
+        holders = {port: holding(port) for port in (METRICS, PEER, WORKER)}
+        daemon = Daemon(config)
+        task = asyncio.create_task(daemon.run())
+        try:
+            # The daemon opens its ports in this order, each after the previous.
+            await warned(caplog, f"metrics.listen 127.0.0.1:{METRICS}", task)
+            holders.pop(METRICS).close()
+            await warned(caplog, f"dataplane.port_base {WORKER}", task)
+            assert await healthz() == "ok\n"
+            holders.pop(WORKER).close()
+            await warned(caplog, f"peer.listen 127.0.0.1:{PEER}", task)
+            assert daemon.wire is not None and not daemon.wire.started
+            holders.pop(PEER).close()
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WAIT
+            while not daemon.wire.started:
+                assert not task.done(), "the daemon stopped"
+                assert loop.time() < deadline, "the wire did not start once its ports were free"
+                await asyncio.sleep(0.02)
+            assert accepts(PEER) and accepts(WORKER)
+            assert "dataplane workers not started" not in daemon.not_ready()
+
+            # The worker started on a second try is supervised as any: killed, it is restarted.
+            (first,) = daemon.wire.pool.pids().values()
+            os.kill(first, signal.SIGKILL)
+            deadline = loop.time() + WAIT
+            while daemon.wire.pool.pids().get(0) in (None, first):
+                assert loop.time() < deadline, "the killed worker was not restarted"
+                await asyncio.sleep(0.02)
+        finally:
+            for holder in holders.values():
+                holder.close()
+            daemon.stop()
+            await asyncio.wait_for(task, WAIT)
+
+
+async def test_a_daemon_told_to_stop_while_it_waits_stops_and_leaves_no_worker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="meshwire.control.listening")
+    with private_loopback():
+        peer = holding(PEER)
+        daemon = Daemon(grpc_config(tmp_path))
+        task = asyncio.create_task(daemon.run())
+        try:
+            # The workers are up when the daemon waits for the Peer service's port.
+            await warned(caplog, f"peer.listen 127.0.0.1:{PEER}", task)
+            assert daemon.wire is not None
+            workers = list(daemon.wire.pool.pids().values())
+            assert len(workers) == 1 and running(workers[0])
+            daemon.stop()
+            await asyncio.wait_for(task, WAIT)
+            assert not running(workers[0])
+            assert not accepts(METRICS)
+        finally:
+            peer.close()
+            daemon.stop()
+            await asyncio.wait_for(task, WAIT)
