@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from meshwire.control.reconcile.retries import ExponentialBackoff
@@ -42,38 +43,53 @@ class StoppedWaiting(Exception):
     """The daemon was told to stop while it waited for a listen port."""
 
 
+@dataclass
+class StartWaits:
+    """The daemon's start, as its waits for ports see it."""
+
+    # Set by the daemon's stop: a wait between two attempts ends in StoppedWaiting.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # The port waited for now and why ("peer.listen :51111 ([Errno 98] ...)"),
+    # "" while no start is waiting: what /readyz reports.
+    waiting_for: str = ""
+
+
 async def start_patiently(
     what: str,
     start: Callable[[], Awaitable[T]],
     errors: tuple[type[Exception], ...] = (OSError,),
     patience: float = BIND_PATIENCE,
     backoff: ExponentialBackoff | None = None,
-    stopping: asyncio.Event | None = None,
+    waits: StartWaits | None = None,
 ) -> T:
     """`await start()`, retried while it raises one of `errors` and `patience` lasts.
 
     `what` names the config key and address ("metrics.listen 0.0.0.0:51100").
     `start` must leave nothing behind when it fails: it is simply called again.
     Raises ListenError (from the last failure) once `patience` seconds have passed,
-    and StoppedWaiting as soon as `stopping` is set between two attempts.
+    and StoppedWaiting as soon as `waits.stopping` is set between two attempts.
     """
+    waits = waits or StartWaits()
     backoff = backoff or ExponentialBackoff(RETRY_MIN, RETRY_MAX)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience
     while True:
         try:
-            return await start()
+            started = await start()
         except errors as exc:
             delay = backoff.when(what)
             if loop.time() + delay > deadline:
+                waits.waiting_for = ""
                 raise ListenError(
                     f"{what}: cannot listen, still failing after {patience:g} s: {exc}"
                 ) from exc
             log.warning("%s: cannot listen yet (%s); retrying in %.1fs", what, exc, delay)
-            if stopping is None:
-                await asyncio.sleep(delay)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), delay)
-                if stopping.is_set():
-                    raise StoppedWaiting(f"{what}: stopped while waiting to listen") from exc
+            waits.waiting_for = f"{what} ({exc})"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waits.stopping.wait(), delay)
+            if waits.stopping.is_set():
+                waits.waiting_for = ""
+                raise StoppedWaiting(f"{what}: stopped while waiting to listen") from exc
+        else:
+            waits.waiting_for = ""
+            return started

@@ -77,8 +77,17 @@ def main(argv: list[str]) -> int:
     if config.netns:
         enter_netns(config.netns)
     setup_logging(config.log_level, config.log_format, config.node, worker=config.index)
-    uvloop.run(Worker(config, control).serve())
+    try:
+        uvloop.run(Worker(config, control).serve())
+    except CannotListen as exc:
+        # Control sees the exit before Ready and starts the worker again, later.
+        log.error("%s", exc)
+        return 3
     return 0
+
+
+class CannotListen(Exception):
+    """The worker's data port cannot be bound (taken, or not an address of this host)."""
 
 
 @dataclass(slots=True)
@@ -105,7 +114,11 @@ class Worker:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
         self._control.setblocking(False)
-        port = self._listener.start(self._config.listen_host, self._config.data_port)
+        address = hostport.join(self._config.listen_host, self._config.data_port)
+        try:
+            port = self._listener.start(self._config.listen_host, self._config.data_port)
+        except OSError as exc:
+            raise CannotListen(f"cannot serve the Wire service on {address}: {exc}") from None
         log.debug("serving the Wire service on %s", hostport.join(self._config.listen_host, port))
         writer = loop.create_task(self._write_loop())
         self._say(messages.Ready(port))

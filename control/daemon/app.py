@@ -40,7 +40,7 @@ from meshwire.control.links.driver import Drivers, KindDriver
 from meshwire.control.links.macvlan import MacvlanDriver
 from meshwire.control.links.veth import VethDriver
 from meshwire.control.links.vxlan import VxlanDriver
-from meshwire.control.listening import ListenError, StoppedWaiting, start_patiently
+from meshwire.control.listening import ListenError, StartWaits, StoppedWaiting, start_patiently
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks, new_links_table
 from meshwire.control.reconcile.prune import prune
@@ -95,13 +95,15 @@ class Daemon:
             on_duration=self.metrics.observe_reconcile,
         )
         self._dirty_pods: set[str] = set()
-        self._stopping = asyncio.Event()
+        self._waits = StartWaits()
         # Why the informer's last list or watch failed ("" when none did).
         self._sync_error: Callable[[], str] = lambda: ""
 
     # -- readiness --------------------------------------------------------------
 
     def not_ready(self) -> str:
+        if self._waits.waiting_for:
+            return f"waiting for {self._waits.waiting_for}"
         if not self.topologies.initialized:
             error = self._sync_error()
             return f"topologies not synced: {error}" if error else "topologies not synced"
@@ -112,7 +114,7 @@ class Daemon:
         return ""
 
     def stop(self) -> None:
-        self._stopping.set()
+        self._waits.stopping.set()
 
     # -- run ------------------------------------------------------------------
 
@@ -195,7 +197,7 @@ class Daemon:
             self.config.cni.socket,
             self.config.metrics.listen,
         )
-        stopped = asyncio.create_task(self._stopping.wait())
+        stopped = asyncio.create_task(self._waits.stopping.wait())
         try:
             done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -221,10 +223,10 @@ class Daemon:
     async def _listen(self, health: HealthServer) -> None:
         """Open the metrics port, then the wire's (workers, Peer service), each waited for."""
         metrics = f"metrics.listen {self.config.metrics.listen}"
-        await start_patiently(metrics, health.start, stopping=self._stopping)
+        await start_patiently(metrics, health.start, waits=self._waits)
         if self.wire is not None:
             self.metrics.registry.register(WireCollector(self.wire))
-            await self.wire.start(self._stopping)
+            await self.wire.start(self._waits)
 
     async def _derive_loop(self, placements: PlacementKeeper) -> None:
         await self.topologies.wait_initialized()

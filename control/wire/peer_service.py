@@ -10,13 +10,14 @@ is ever used as a path: wires are named by (namespace, uid, pod) only.
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Any
 
 import grpc
 
 from meshwire.control.reconcile.ids import UID_LIMIT
 from meshwire.control.wire.manager import WireManager
-from meshwire.dataplane import hostport
+from meshwire.dataplane import hostport, tcp
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 
 # Kubernetes names (namespaces, pods) are at most 253 bytes.
@@ -97,14 +98,26 @@ async def start_peer_server(listen: str, manager: WireManager) -> Any:
     """
     server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     meshwire_pb2_grpc.add_PeerServicer_to_server(PeerService(manager), server)  # type: ignore[no-untyped-call]
+    host, port = hostport.split(listen)
+    address = hostport.join(host or "::", port)
     try:
-        host, port = hostport.split(listen)
-        bound = server.add_insecure_port(hostport.join(host or "::", port))
-    except RuntimeError as exc:
-        await server.stop(None)
-        raise OSError(f"peer.listen {listen}: cannot bind: {exc}") from None
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
     if bound == 0:
         await server.stop(None)
-        raise OSError(f"peer.listen {listen}: cannot bind")
+        raise OSError(f"cannot bind {address}: {_bind_error(host or '::', port)}")
     await server.start()
     return server
+
+
+def _bind_error(host: str, port: int) -> str:
+    """Why binding host:port fails now, in the kernel's words ("Address already in use"):
+    gRPC's own error only says that it failed."""
+    try:
+        with socket.socket(tcp.family(host), socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "gRPC could not bind it, though the address is free now"

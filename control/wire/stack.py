@@ -21,7 +21,7 @@ from typing import Any
 
 from meshwire.control.config import Config
 from meshwire.control.links.grpc import GrpcDriver
-from meshwire.control.listening import start_patiently
+from meshwire.control.listening import StartWaits, start_patiently
 from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.reconcile.retries import ExponentialBackoff
 from meshwire.control.wire.handshake import Handshaker
@@ -73,11 +73,11 @@ class WireStack:
     def _desired(self, wire_id: int) -> Desired | None:
         return self.manager.desired(wire_id)
 
-    async def start(self, stopping: asyncio.Event | None = None) -> None:
+    async def start(self, waits: StartWaits | None = None) -> None:
         """Start on the event loop the daemon runs; the driver works from then on.
 
         Ports that are taken are waited for (`listening.py`): StoppedWaiting if
-        `stopping` is set meanwhile, ListenError past the patience. `close`
+        `waits.stopping` is set meanwhile, ListenError past the patience. `close`
         releases whatever started either way."""
         self.ends.bind(asyncio.get_running_loop())
         first = self.config.dataplane.port_base
@@ -86,13 +86,13 @@ class WireStack:
             f"dataplane.port_base {first} (ports {first}-{last} on {self.config.node_ip})",
             self.pool.start,
             errors=(WorkerError,),
-            stopping=stopping,
+            waits=waits,
         )
         listen = self.config.peer.listen
         self._server = await start_patiently(
             f"peer.listen {listen}",
             lambda: start_peer_server(listen, self.manager),
-            stopping=stopping,
+            waits=waits,
         )
         self._task = asyncio.create_task(self.handshaker.run(), name="handshakes")
         self.started = True
