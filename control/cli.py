@@ -15,6 +15,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("daemon",): "daemon.command",
     ("api", "serve"): "api.command",
     ("apply",): "apply",
+    ("delete",): "delete",
     ("cni", "install"): "cni.install",
     ("lab",): "lab.command",
     ("config", "defaults"): "config_command",
@@ -29,6 +30,8 @@ commands:
                                   the embedded Kubernetes-style API for Topology objects
   apply -f FILE [--server URL | --kubeconfig F]
                                   create or update the Topology objects in a file
+  delete -f FILE [--server URL | --kubeconfig F]
+                                  delete the Topology objects a file names
   cni install --bin-dir D --conf-dir D [--config FILE]
                                   install the CNI shim as `meshnet` and chain it
   lab up|status|check|down|...    a whole lab on one machine

@@ -45,7 +45,7 @@ from meshwire.control.lab.links import LabLink, lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.nsexec import argv_for
 from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.runtime import MeshwireRuntime
+from meshwire.control.lab.runtime import MeshwireRuntime, meshwire_argv
 from meshwire.control.lab.state import LabDir, LabState
 from meshwire.control.lab.status import gather
 
@@ -133,15 +133,24 @@ class OneNodeLab:
 
     # -- what a user does -------------------------------------------------
 
-    def apply(self, topologies: list[dict[str, Any]]) -> None:
-        """`meshwire apply -f` of edited Topology objects, from inside the hub."""
-        path = self.lab.directory.parent / f"edit-{time.monotonic_ns()}.yaml"
+    def apply(self, topologies: list[dict[str, Any]]) -> str:
+        """`meshwire apply -f` of edited Topology objects, from inside the hub; its output."""
+        return self._file_command("apply", topologies)
+
+    def delete(self, topologies: list[dict[str, Any]]) -> str:
+        """`meshwire delete -f` of Topology objects, from inside the hub; its output."""
+        return self._file_command("delete", topologies)
+
+    def _file_command(self, command: str, topologies: list[dict[str, Any]]) -> str:
+        path = self.lab.directory.parent / f"{command}-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump_all(topologies))
+        server = self.state().api_url
         argv = argv_for(
-            self.names.hub_netns, MeshwireRuntime().apply_argv(path, self.state().api_url)
+            self.names.hub_netns, meshwire_argv(command, "-f", str(path), "--server", server)
         )
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, f"apply failed: {done.stdout} {done.stderr}"
+        assert done.returncode == 0, f"{command} failed: {done.stdout} {done.stderr}"
+        return done.stdout
 
     def cni_del(self, pod: str) -> None:
         """The runtime stops the pod: CNI DEL through the shim (the netns stays)."""

@@ -1,5 +1,6 @@
-"""`meshwire apply` into the embedded API: meshnet's own test topologies load
-unchanged and read back identical through the official clients."""
+"""`meshwire apply` and `meshwire delete` against the embedded API: meshnet's own
+test topologies load unchanged and read back identical through the official
+clients, and the file that made them removes them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from meshwire.control import apply
+from meshwire.control import apply, delete
 from meshwire.control.api.server import ApiServer
 from meshwire.control.model.topology import PLURAL
 from tests.api_helpers import (
@@ -63,6 +64,11 @@ def names(listed: dict[str, Any]) -> list[str]:
 
 async def run_apply(*argv: str) -> int:
     code: int = await call(apply.main, list(argv))
+    return code
+
+
+async def run_delete(*argv: str) -> int:
+    code: int = await call(delete.main, list(argv))
     return code
 
 
@@ -156,3 +162,43 @@ async def test_a_containerlab_file_applies_as_one_topology_per_linked_node(
     )
     assert created == [f"topology.networkop.co.uk/{name} created" for name in names(listed)]
     assert names(listed) == ["r1", "r2", "r3"]
+
+
+async def test_delete_removes_what_the_same_file_applied_and_again_finds_nothing(
+    server: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = tmp_path / "lab.yml"
+    lab.write_text(yaml.safe_dump_all([topology("r1", "r2"), topology("r2", "r1")]))
+    other = tmp_path / "other.yml"
+    other.write_text(yaml.safe_dump_all([topology("r9", "r1")]))
+    assert await run_apply("-f", str(lab), "--server", server.url) == 0
+    assert await run_apply("-f", str(other), "--server", server.url) == 0
+    capsys.readouterr()
+
+    assert await run_delete("-f", str(lab), "--server", server.url) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "topology.networkop.co.uk/r1 deleted",
+        "topology.networkop.co.uk/r2 deleted",
+    ]
+    listed = await call(sync_api(server.url).list_cluster_custom_object, *TOPOLOGIES, PLURAL)
+    assert names(listed) == ["r9"]  # what another file made stays
+
+    assert await run_delete("-f", str(lab), "--server", server.url) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "topology.networkop.co.uk/r1 not found",
+        "topology.networkop.co.uk/r2 not found",
+    ]
+
+
+async def test_delete_of_an_unreadable_file_or_a_wrong_namespace_touches_nothing(
+    server: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixture = str(FIXTURES / "3node-mlink.yml")
+    assert await run_apply("-f", fixture, "--server", server.url) == 0
+    missing = tmp_path / "missing.yml"
+    assert await run_delete("-f", str(missing), "--server", server.url) == 2
+    assert "missing.yml" in capsys.readouterr().err
+    assert await run_delete("-f", fixture, "--server", server.url, "-n", "default") == 2
+    assert "does not match -n 'default'" in capsys.readouterr().err
+    listed = await call(sync_api(server.url).list_cluster_custom_object, *TOPOLOGIES, PLURAL)
+    assert len(listed["items"]) == len(topologies_in(FIXTURES / "3node-mlink.yml"))

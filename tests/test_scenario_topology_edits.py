@@ -9,7 +9,6 @@ and nothing else is touched (every other interface keeps its ifindex).
 from __future__ import annotations
 
 import dataclasses
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,6 @@ from scenario_helpers import (
     topologies,
     wait_until,
 )
-
-from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.root
 
@@ -91,9 +88,9 @@ def test_an_api_server_restart_stops_no_link_and_a_later_edit_still_arrives(
 
 
 def delete_topology(lab: OneNodeLab, name: str) -> None:
-    url = f"{lab.state().host_url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}/{name}"
-    with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10):
-        pass
+    """`meshwire delete -f` of a file holding the pod's Topology as 3node.yml has it."""
+    output = lab.delete([by_name(topologies("3node.yml"))[name]])
+    assert output == f"topology.networkop.co.uk/{name} deleted\n"
 
 
 def test_a_topology_deleted_and_created_again_while_its_pod_runs_gets_its_links_back(
