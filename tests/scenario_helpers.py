@@ -162,6 +162,11 @@ class OneNodeLab:
         state = self.state()
         pods.attach(self.dir, state, state.pod(pod), MeshwireRuntime().cni_argv())
 
+    def new_netns(self, pod: str) -> None:
+        """The pod's next sandbox gets a new namespace (its old one goes)."""
+        state = self.state()
+        pods.recreate_netns(self.dir, state, state.pod(pod))
+
     def restart_pod(self, pod: str) -> float:
         """`lab restart-pod` step by step (DEL, new netns, ADD); returns seconds from
         the ADD's start until every link end of the pod exists and is up (bounded)."""
@@ -182,15 +187,27 @@ class OneNodeLab:
     @contextlib.contextmanager
     def daemon_down(self) -> Iterator[None]:
         """The node's daemon SIGKILLed for the block, then started again and ready."""
-        state = self.state()
-        record = state.process(f"daemon/{NODE}")
+        record = self.state().process(f"daemon/{NODE}")
         assert record is not None, f"{NODE} runs no daemon"
         processes.kill_leader(record)
         try:
             yield
         finally:
+            state = self.state()  # as the block left it: start_daemon saves it
             up.start_daemon(self.dir, state, MeshwireRuntime(), NODE)
             up.wait_ready(state, NODE)
+
+    @contextlib.contextmanager
+    def api_down(self) -> Iterator[None]:
+        """The embedded API SIGKILLed for the block, then started again and listening."""
+        record = self.state().process("api")
+        assert record is not None, "the lab runs no API"
+        processes.kill_leader(record)
+        try:
+            yield
+        finally:
+            # The state as the block left it: start_api saves it.
+            up.start_api(self.dir, self.state(), self.names, MeshwireRuntime())
 
     def kill_api(self) -> None:
         """`lab kill-api`: SIGKILL the embedded API, start it again, wait until it listens."""
@@ -213,11 +230,18 @@ class OneNodeLab:
 
 
 @contextlib.contextmanager
-def one_node_lab(tmp_path: Path, fixture: str) -> Iterator[OneNodeLab]:
-    """`meshwire lab up FIXTURE --nodes 1` (a file of meshnet's own tests); down on exit."""
+def one_node_lab(tmp_path: Path, fixture: str, config: str = "") -> Iterator[OneNodeLab]:
+    """`meshwire lab up FIXTURE --nodes 1` (a file of meshnet's own tests); down on exit.
+
+    `config`: the daemon config file's text, when not the defaults."""
     text = (FIXTURES / fixture).read_text()
     with unique_lab(tmp_path, text) as lab:
-        assert lab.run("up", str(lab.file), "--nodes", "1", "--wait", "60") == 0
+        options = ["--nodes", "1", "--wait", "60"]
+        if config:
+            path = tmp_path / "daemon.yaml"
+            path.write_text(config)
+            options += ["--config", str(path)]
+        assert lab.run("up", str(lab.file), *options) == 0
         yield OneNodeLab(lab)
 
 
