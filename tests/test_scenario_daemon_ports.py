@@ -72,6 +72,12 @@ def accepts(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.fixture
+def listen_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    """caplog records the daemon's warnings about the ports it waits for."""
+    caplog.set_level(logging.WARNING, logger="meshwire.control.listening")
+
+
 def grpc_config(tmp_path: Path) -> Config:
     return load_config(
         None,
@@ -101,9 +107,8 @@ def running(pid: int) -> bool:
 
 
 async def test_a_daemon_whose_ports_are_taken_serves_on_each_once_released(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, listen_warnings: None
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="meshwire.control.listening")
     with private_loopback():
         config = grpc_config(tmp_path)
         holders = {port: holding(port) for port in (METRICS, PEER, WORKER)}
@@ -147,9 +152,8 @@ async def test_a_daemon_whose_ports_are_taken_serves_on_each_once_released(
 
 
 async def test_a_daemon_told_to_stop_while_it_waits_stops_and_leaves_no_worker(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, listen_warnings: None
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="meshwire.control.listening")
     with private_loopback():
         peer = holding(PEER)
         daemon = Daemon(grpc_config(tmp_path))
