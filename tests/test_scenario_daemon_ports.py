@@ -12,10 +12,12 @@ import logging
 import os
 import signal
 import socket
+import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 from api_helpers import private_loopback
 
 from meshwire.control.config import Config, load_config
@@ -172,3 +174,39 @@ async def test_a_daemon_told_to_stop_while_it_waits_stops_and_leaves_no_worker(
             peer.close()
             daemon.stop()
             await asyncio.wait_for(task, WAIT)
+
+
+async def test_the_daemon_process_stops_on_sigterm_while_it_waits_for_its_metrics_port(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "daemon.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "node_name": "node1",
+                "node_ip": "127.0.0.1",
+                "api": {"url": "http://127.0.0.1:1"},
+                "cni": {"socket": str(tmp_path / "cni.sock"), "state_dir": str(tmp_path / "sb")},
+                "metrics": {"listen": f"127.0.0.1:{METRICS}"},
+            }
+        )
+    )
+    with private_loopback(), holding(METRICS):
+        argv = [sys.executable, "-m", "meshwire.control.cli", "daemon", "--config", str(config)]
+        daemon = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
+        try:
+            assert daemon.stderr is not None
+            logged = b""
+            while b"cannot listen yet" not in logged:
+                line = await asyncio.wait_for(daemon.stderr.readline(), WAIT)
+                assert line, f"the daemon exited instead of waiting: {logged.decode()}"
+                logged += line
+            assert f"metrics.listen 127.0.0.1:{METRICS}".encode() in logged
+            daemon.send_signal(signal.SIGTERM)
+            rest = await asyncio.wait_for(daemon.stderr.read(), WAIT)
+            assert await daemon.wait() == 0
+            assert b"stopping before it served" in rest
+        finally:
+            if daemon.returncode is None:
+                daemon.kill()
+                await daemon.wait()
