@@ -82,8 +82,9 @@ class WireStack:
         self.ends.bind(asyncio.get_running_loop())
         first = self.config.dataplane.port_base
         last = first + self.pool.settings.count - 1
+        ports = f"port {first}" if last == first else f"ports {first}-{last}"
         await start_patiently(
-            f"dataplane.port_base {first} (ports {first}-{last} on {self.config.node_ip})",
+            f"dataplane.port_base {first} (worker {ports} on {self.config.node_ip})",
             self.pool.start,
             errors=(WorkerError,),
             waits=waits,
