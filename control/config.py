@@ -215,6 +215,13 @@ class Config(_Section):
         le=256,
         description="Dataplane worker processes for gRPC wires; 0: one per core.",
     )
+    reserve_ports: bool = Field(
+        default=True,
+        description="Add the ports this daemon listens on (metrics, and with grpc the peer and "
+        "worker ports) to net.ipv4.ip_local_reserved_ports at start, so no outgoing "
+        "connection on the node draws one as its source port. Only adds, never removes; "
+        "false leaves the sysctl alone (a taken port is then waited for).",
+    )
     api: ApiConfig = ApiConfig()
     cni: CniConfig = CniConfig()
     peer: PeerConfig = PeerConfig()

@@ -26,7 +26,17 @@ from meshwire.control.daemon.app import Daemon
 pytestmark = pytest.mark.root
 
 METRICS, PEER, WORKER = 51100, 51111, 51121
+# Read and written by this thread: the sysctl of the netns the thread is in.
+RESERVED = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 WAIT = 30.0
+
+
+def read_reserved() -> str:
+    return RESERVED.read_text().strip()
+
+
+def write_reserved(value: str) -> None:
+    RESERVED.write_text(value)
 
 
 def holding(port: int) -> socket.socket:
@@ -113,12 +123,15 @@ async def test_a_daemon_whose_ports_are_taken_serves_on_each_once_released(
 ) -> None:
     with private_loopback():
         config = grpc_config(tmp_path)
+        write_reserved("40000-40002")  # another program's entry, in this test's netns
         holders = {port: holding(port) for port in (METRICS, PEER, WORKER)}
         daemon = Daemon(config)
         task = asyncio.create_task(daemon.run())
         try:
             # The daemon opens its ports in this order, each after the previous.
             await warned(caplog, f"metrics.listen 127.0.0.1:{METRICS}", task)
+            # Reserved first, kept with the other entry; the held ports stay held.
+            assert read_reserved() == f"40000-40002,{METRICS},{PEER},{WORKER}"
             holders.pop(METRICS).close()
             await warned(caplog, f"dataplane.port_base {WORKER}", task)
             assert await healthz() == "ok\n"

@@ -21,7 +21,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from lab_helpers import Lab, unique_lab
+from lab_helpers import Lab, in_ns, unique_lab
 
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
@@ -127,6 +127,10 @@ def test_cross_node_links_over_the_grpc_wire_pass_check(
         sample = settled(lab, node)
         assert sample['meshwire_wires{state="waiting"}'] == 0
         assert sample["meshwire_wires_in_workers"] == sample['meshwire_wires{state="ready"}']
+        # Its daemon took its ports (metrics, peer, its one worker's) out of the
+        # node's ephemeral range.
+        done = in_ns(f"{lab.prefix}node{node}", "sysctl", "-n", "net.ipv4.ip_local_reserved_ports")
+        assert done.stdout.strip() == "51100,51111-51112", f"node{node}: {done.stderr}"
 
 
 def test_a_worker_killed_during_iperf3_is_replaced_and_traffic_resumes(

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from meshwire.control.cni.endpoint import CniEndpoint
 from meshwire.control.config import Config
+from meshwire.control.daemon import reserved_ports
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
 from meshwire.control.daemon.link_report import link_report
@@ -169,6 +170,9 @@ class Daemon:
             self.not_ready,
             lambda state: link_report(self.links.values(), self.reconciler.statuses, state),
         )
+        if self.config.reserve_ports:
+            # In this thread: /proc/sys/net is the namespace of the thread that opens it.
+            reserved_ports.reserve(reserved_ports.listen_ports(self.config))
         try:
             await self._listen(health)
         except (StoppedWaiting, ListenError) as exc:

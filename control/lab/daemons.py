@@ -19,7 +19,6 @@ import yaml
 
 from meshwire.control.config import Config, ConfigError, load_config
 from meshwire.control.lab.errors import LabError
-from meshwire.dataplane import hostport
 
 DEFAULT_PEER_PORT = 51111
 DEFAULT_METRICS_PORT = 51100
@@ -80,12 +79,3 @@ def write_config(config: dict[str, Any], path: Path) -> Config:
         return load_config(path, env={})
     except ConfigError as exc:
         raise LabError(f"node {config['node_name']}: {exc}") from None
-
-
-def listen_ports(config: Config) -> list[int]:
-    """The TCP ports the node's daemon listens on: the peer service, the metrics
-    endpoint and each wire worker's frame stream."""
-    workers = range(config.dataplane.port_base, config.dataplane.port_base + config.worker_count)
-    return sorted(
-        {hostport.split(config.peer.listen)[1], hostport.split(config.metrics.listen)[1], *workers}
-    )

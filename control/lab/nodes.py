@@ -33,7 +33,6 @@ from meshwire.control.lab.names import (
 
 EEXIST = 17
 # Read and written by a thread inside the namespace: net sysctls are the caller's namespace's.
-RESERVED_PORTS = "/proc/sys/net/ipv4/ip_local_reserved_ports"
 
 
 def create_hub(names: LabNames) -> None:
@@ -81,20 +80,6 @@ def create_node(names: LabNames, node: str, ip: str) -> None:
 
     _in(names.hub_netns, plug_hub, f"node {node}: hub port {hub_port}")
     _in(node_ns, address_node, f"node {node}: underlay {node_port}")
-
-
-def reserve_ports(names: LabNames, node: str, ports: list[int]) -> None:
-    """Take the daemon's listen ports out of the node's ephemeral range
-    (`net.ipv4.ip_local_reserved_ports`, per namespace), so no connection made in
-    the node holds one when its daemon (re)starts and binds it."""
-    node_ns = names.node_netns(node)
-    value = ",".join(str(port) for port in ports)
-
-    def write() -> None:
-        with open(RESERVED_PORTS, "w") as sysctl:
-            sysctl.write(value)
-
-    _in(node_ns, write, f"node {node}: reserve ports {value}")
 
 
 def set_plugged(names: LabNames, node: str, plugged: bool) -> None:

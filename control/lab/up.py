@@ -218,7 +218,6 @@ def _create_node(
     config = daemons.node_config(dict(base), node, ip, state.api_url, node_dir)
     config_path = node_dir / "config.yaml"
     loaded = daemons.write_config(config, config_path)
-    nodes.reserve_ports(names, node, daemons.listen_ports(loaded))
     state.nodes[node] = NodeRecord(
         node,
         ns,
