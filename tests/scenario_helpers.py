@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from api_helpers import call, get, private_loopback, serving, sync_api
+from api_helpers import call, create, get, private_loopback, serving, sync_api, topology
 from cni_helpers import PREV_RESULT, ShimRun, cni_env, network_config, run_shim
 from lab_helpers import Lab, unique_lab
 from pyroute2 import IPRoute
@@ -418,13 +418,35 @@ class DaemonNode:
             await asyncio.sleep(POLL)
 
 
+def both_up(a: str, b: str) -> bool:
+    """Whether eth1 exists and is up in both netns."""
+    ends = [read_interfaces(ns).get("eth1") for ns in (a, b)]
+    return all(end is not None and end.up for end in ends)
+
+
+async def add_pair(node: DaemonNode, url: str) -> tuple[str, str]:
+    """r1 and r2 linked by eth1, both ADDed; returns their netns paths."""
+    api = sync_api(url)
+    await call(create, api, topology("r1", "r2"))
+    await call(create, api, topology("r2", "r1"))
+    r1, r2 = node.pod_netns("r1"), node.pod_netns("r2")
+    assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
+    assert (await node.cni("ADD", "r2", "c2", r2)).exit == 0
+    return r1, r2
+
+
 @contextlib.asynccontextmanager
-async def daemon_node(tmp_path: Path) -> AsyncIterator[DaemonNode]:
+async def daemon_node(
+    tmp_path: Path, before: Callable[[], object] = lambda: None, **overrides: str
+) -> AsyncIterator[DaemonNode]:
     """A daemon on 127.0.0.1 of a private netns, its API not started (see `api_serving`).
 
-    Everything it creates (pod netns, the daemon, the API) is removed on exit.
+    `overrides`: config keys over the harness's own, `.` as `__` ("peer__listen");
+    `before` runs in the netns before the daemon starts. Everything it creates
+    (pod netns, the daemon, the API) is removed on exit.
     """
     with private_loopback():
+        before()
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -440,6 +462,7 @@ async def daemon_node(tmp_path: Path) -> AsyncIterator[DaemonNode]:
                 "cni.add_timeout": "10",
                 "metrics.listen": "127.0.0.1:0",
                 "reconcile.full_interval": "3600",
+                **{key.replace("__", "."): value for key, value in overrides.items()},
             },
         )
         daemon = Daemon(config)

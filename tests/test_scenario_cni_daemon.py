@@ -14,28 +14,18 @@ from pathlib import Path
 import pytest
 from api_helpers import call, create, sync_api, topology
 from cni_helpers import PREV_RESULT
-from scenario_helpers import DaemonNode, add_foreign, api_serving, daemon_node, read_interfaces
+from scenario_helpers import (
+    add_foreign,
+    add_pair,
+    api_serving,
+    both_up,
+    daemon_node,
+    read_interfaces,
+)
 
 from meshwire.control.cni.protocol import ErrorCode
 
 pytestmark = pytest.mark.root
-
-
-def both_up(a: str, b: str) -> bool:
-    """Whether eth1 exists and is up in both netns."""
-    ends = [read_interfaces(ns).get("eth1") for ns in (a, b)]
-    return all(end is not None and end.up for end in ends)
-
-
-async def add_pair(node: DaemonNode, url: str) -> tuple[str, str]:
-    """r1 and r2 linked by eth1, both ADDed; returns their netns paths."""
-    api = sync_api(url)
-    await call(create, api, topology("r1", "r2"))
-    await call(create, api, topology("r2", "r1"))
-    r1, r2 = node.pod_netns("r1"), node.pod_netns("r2")
-    assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
-    assert (await node.cni("ADD", "r2", "c2", r2)).exit == 0
-    return r1, r2
 
 
 async def test_status_says_not_available_until_the_daemon_has_synced(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 import yaml
 from api_helpers import private_loopback
+from scenario_helpers import add_pair, api_serving, both_up, daemon_node
 
 from meshwire.control.config import Config, load_config
 from meshwire.control.daemon.app import Daemon
@@ -218,8 +219,36 @@ async def test_the_daemon_process_stops_on_sigterm_while_it_waits_for_its_metric
             daemon.send_signal(signal.SIGTERM)
             rest = await asyncio.wait_for(daemon.stderr.read(), WAIT)
             assert await daemon.wait() == 0
-            assert b"stopping before it served" in rest
+            assert b"meshwire daemon stopping; links stay up" in rest
         finally:
             if daemon.returncode is None:
                 daemon.kill()
                 await daemon.wait()
+
+
+async def test_while_the_wire_waits_for_its_ports_pods_are_added_and_veths_built(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, listen_warnings: None
+) -> None:
+    held: list[socket.socket] = []
+    async with daemon_node(
+        tmp_path,
+        before=lambda: held.append(holding(PEER)),
+        inter_node_link_type="grpc",
+        workers="1",
+        peer__listen=f"127.0.0.1:{PEER}",
+        dataplane__port_base=str(WORKER),
+    ) as node:
+        try:
+            async with api_serving(node) as url:
+                # Two pods on this node: a veth, which needs no wire.
+                r1, r2 = await add_pair(node, url)
+                await node.wait(lambda: both_up(r1, r2), "the veth up in both pods")
+                assert node.daemon.not_ready().startswith(
+                    f"waiting for peer.listen 127.0.0.1:{PEER}"
+                )
+                assert node.daemon.wire is not None and not node.daemon.wire.started
+                held.pop().close()
+                await node.wait(lambda: node.daemon.not_ready() == "", "the daemon ready")
+        finally:
+            for sock in held:
+                sock.close()

@@ -10,8 +10,12 @@ Start-up order makes pruning safe: the links table is marked initialized only
 after the informer's first list has been applied and derived, and pruning
 waits for every row of that moment to be attempted once.
 
-Its listen ports are waited for while something else holds them
-(`listening.py`); a stop during that wait releases what had started.
+Its listen ports (metrics, and the wire's workers and Peer service) are
+opened beside the rest and waited for while something else holds them
+(`listening.py`): meanwhile the CNI endpoint serves and every link but the
+grpc ones is built, and grpc links wait for the wire. A stop during that wait
+releases what had started; a port still taken past the patience stops the
+daemon with a ListenError.
 
 Shutdown stops intake (CNI endpoint, informer), lets in-flight link
 operations finish, flushes status writes for a bounded time, and never tears
@@ -25,6 +29,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from meshwire.control.cni.endpoint import CniEndpoint
 from meshwire.control.config import Config
@@ -41,7 +46,7 @@ from meshwire.control.links.driver import Drivers, KindDriver
 from meshwire.control.links.macvlan import MacvlanDriver
 from meshwire.control.links.veth import VethDriver
 from meshwire.control.links.vxlan import VxlanDriver
-from meshwire.control.listening import ListenError, StartWaits, StoppedWaiting, start_patiently
+from meshwire.control.listening import StartWaits, StoppedWaiting, start_patiently
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks, new_links_table
 from meshwire.control.reconcile.prune import prune
@@ -173,17 +178,9 @@ class Daemon:
         if self.config.reserve_ports:
             # In this thread: /proc/sys/net is the namespace of the thread that opens it.
             reserved_ports.reserve(reserved_ports.listen_ports(self.config))
-        try:
-            await self._listen(health)
-        except (StoppedWaiting, ListenError) as exc:
-            log.info("meshwire daemon stopping before it served: %s; links stay up", exc)
-            if self.wire is not None:
-                await self.wire.close()
-            await health.stop()
-            await api.close()  # type: ignore[no-untyped-call]
-            if isinstance(exc, ListenError):
-                raise
-            return
+        # The ports are opened (and waited for, should one be taken) beside the rest:
+        # the CNI endpoint and every link but grpc ones work meanwhile.
+        listening = asyncio.create_task(self._listen(health), name="listen")
         await endpoint.start()
         self.status.start()
         tasks = [
@@ -203,12 +200,13 @@ class Daemon:
         )
         stopped = asyncio.create_task(self._waits.stopping.wait())
         try:
-            done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task is not stopped and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            await _until_stopped(stopped, listening, tasks)
         finally:
             log.info("meshwire daemon stopping; links stay up")
+            # A start still waiting for a port gives up; one spawning workers finishes,
+            # so that close() below stops them.
+            self._waits.stopping.set()
+            await asyncio.gather(listening, return_exceptions=True)
             await endpoint.close()
             self.reconciler.close()
             for task in [stopped, *tasks]:
@@ -293,3 +291,24 @@ class Daemon:
         message = "; ".join(errors)
         if message != topology.status.plumbing_error:
             self.status.set(pod, plumbing_error=message)
+
+
+async def _until_stopped(
+    stopped: asyncio.Task[Any], listening: asyncio.Task[None], tasks: list[asyncio.Task[None]]
+) -> None:
+    """Returns on the stop, or when a task ends (none should); raises what a task raised.
+
+    `listening` alone may end first: it has opened the ports, or it stopped waiting
+    for one because of the stop (StoppedWaiting). A ListenError from it is raised."""
+    watched: set[asyncio.Task[Any]] = {stopped, listening, *tasks}
+    while watched:
+        done, watched = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is stopped:
+                return
+            error = task.exception()
+            if task is listening and (error is None or isinstance(error, StoppedWaiting)):
+                continue
+            if error is not None:
+                raise error
+            return
