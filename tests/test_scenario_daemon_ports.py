@@ -14,15 +14,18 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 import yaml
-from api_helpers import private_loopback
-from scenario_helpers import add_pair, api_serving, both_up, daemon_node
+from api_helpers import call, create, private_loopback, sync_api, topology
+from scenario_helpers import add_pair, api_serving, both_up, daemon_node, read_interfaces
 
 from meshwire.control.config import Config, load_config
 from meshwire.control.daemon.app import Daemon
+from meshwire.control.model.topology import GROUP, PLURAL, VERSION
+from meshwire.control.reconcile.status import State
 
 pytestmark = pytest.mark.root
 
@@ -38,6 +41,13 @@ def read_reserved() -> str:
 
 def write_reserved(value: str) -> None:
     RESERVED.write_text(value)
+
+
+def place(api: Any, pod: str, status: dict[str, str]) -> None:
+    """Write a pod's placement into its Topology status, as its node's daemon would."""
+    api.patch_namespaced_custom_object_status(
+        GROUP, VERSION, "default", PLURAL, pod, {"status": status}
+    )
 
 
 def holding(port: int) -> socket.socket:
@@ -249,6 +259,42 @@ async def test_while_the_wire_waits_for_its_ports_pods_are_added_and_veths_built
                 assert node.daemon.wire is not None and not node.daemon.wire.started
                 held.pop().close()
                 await node.wait(lambda: node.daemon.not_ready() == "", "the daemon ready")
+        finally:
+            for sock in held:
+                sock.close()
+
+
+async def test_while_the_metrics_port_is_taken_a_grpc_link_is_built_and_waits_for_the_wire(
+    tmp_path: Path, listen_warnings: None
+) -> None:
+    held: list[socket.socket] = []
+    async with daemon_node(
+        tmp_path,
+        before=lambda: held.append(holding(METRICS)),
+        inter_node_link_type="grpc",
+        workers="1",
+        metrics__listen=f"127.0.0.1:{METRICS}",
+        peer__listen=f"127.0.0.1:{PEER}",
+        dataplane__port_base=str(WORKER),
+    ) as node:
+        try:
+            async with api_serving(node) as url:
+                api = sync_api(url)
+                await call(create, api, topology("r1", "r2"))
+                await call(create, api, topology("r2", "r1"))
+                # r2 runs on another node: r1's end of their link is a grpc wire.
+                elsewhere = {"src_ip": "127.0.0.2", "net_ns": "/x", "container_id": "c2"}
+                await call(place, api, "r2", elsewhere)
+                r1 = node.pod_netns("r1")
+                assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
+                # The TAP is made and attached: its driver does not wait for the wire.
+                assert "eth1" in read_interfaces(r1)
+                link = node.daemon.reconciler.statuses["default/1/r1"]
+                assert link.state is not State.ERROR, link.message
+                assert node.daemon.wire is not None and not node.daemon.wire.started
+                assert node.daemon.not_ready().startswith("waiting for metrics.listen")
+                held.pop().close()
+                await node.wait(lambda: node.daemon.wire.started, "the wire started")
         finally:
             for sock in held:
                 sock.close()

@@ -180,6 +180,8 @@ class Daemon:
             reserved_ports.reserve(reserved_ports.listen_ports(self.config))
         # The ports are opened (and waited for, should one be taken) beside the rest:
         # the CNI endpoint and every link but grpc ones work meanwhile.
+        if self.wire is not None:
+            self.wire.bind()
         listening = asyncio.create_task(self._listen(health), name="listen")
         await endpoint.start()
         self.status.start()

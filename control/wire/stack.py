@@ -73,13 +73,17 @@ class WireStack:
     def _desired(self, wire_id: int) -> Desired | None:
         return self.manager.desired(wire_id)
 
+    def bind(self) -> None:
+        """Serve the driver on the running event loop (call from it) from now on, before
+        `start`: links attached meanwhile wait for the workers and the handshakes."""
+        self.ends.bind(asyncio.get_running_loop())
+
     async def start(self, waits: StartWaits | None = None) -> None:
-        """Start on the event loop the daemon runs; the driver works from then on.
+        """Start the workers, then the Peer service, then the handshakes (after `bind`).
 
         Ports that are taken are waited for (`listening.py`): StoppedWaiting if
         `waits.stopping` is set meanwhile, ListenError past the patience. `close`
         releases whatever started either way."""
-        self.ends.bind(asyncio.get_running_loop())
         first = self.config.dataplane.port_base
         last = first + self.pool.settings.count - 1
         ports = f"port {first}" if last == first else f"ports {first}-{last}"
