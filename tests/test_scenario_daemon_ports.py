@@ -8,11 +8,13 @@ private network namespace whose loopback is its node address.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,14 @@ import aiohttp
 import pytest
 import yaml
 from api_helpers import call, create, private_loopback, sync_api, topology
-from scenario_helpers import add_pair, api_serving, both_up, daemon_node, read_interfaces
+from scenario_helpers import (
+    DaemonNode,
+    add_pair,
+    api_serving,
+    both_up,
+    daemon_node,
+    read_interfaces,
+)
 
 from meshwire.control.config import Config, load_config
 from meshwire.control.daemon.app import Daemon
@@ -236,41 +245,16 @@ async def test_the_daemon_process_stops_on_sigterm_while_it_waits_for_its_metric
                 await daemon.wait()
 
 
-async def test_while_the_wire_waits_for_its_ports_pods_are_added_and_veths_built(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, listen_warnings: None
-) -> None:
+@contextlib.asynccontextmanager
+async def grpc_node_while_taken(
+    tmp_path: Path, port: int
+) -> AsyncIterator[tuple[DaemonNode, Callable[[], None]]]:
+    """A daemon with the gRPC wire (`daemon_node`), started while `port` is taken;
+    yields it and the function that releases the port."""
     held: list[socket.socket] = []
     async with daemon_node(
         tmp_path,
-        before=lambda: held.append(holding(PEER)),
-        inter_node_link_type="grpc",
-        workers="1",
-        peer__listen=f"127.0.0.1:{PEER}",
-        dataplane__port_base=str(WORKER),
-    ) as node:
-        try:
-            async with api_serving(node) as url:
-                # Two pods on this node: a veth, which needs no wire.
-                r1, r2 = await add_pair(node, url)
-                await node.wait(lambda: both_up(r1, r2), "the veth up in both pods")
-                assert node.daemon.not_ready().startswith(
-                    f"waiting for peer.listen 127.0.0.1:{PEER}"
-                )
-                assert node.daemon.wire is not None and not node.daemon.wire.started
-                held.pop().close()
-                await node.wait(lambda: node.daemon.not_ready() == "", "the daemon ready")
-        finally:
-            for sock in held:
-                sock.close()
-
-
-async def test_while_the_metrics_port_is_taken_a_grpc_link_is_built_and_waits_for_the_wire(
-    tmp_path: Path, listen_warnings: None
-) -> None:
-    held: list[socket.socket] = []
-    async with daemon_node(
-        tmp_path,
-        before=lambda: held.append(holding(METRICS)),
+        before=lambda: held.append(holding(port)),
         inter_node_link_type="grpc",
         workers="1",
         metrics__listen=f"127.0.0.1:{METRICS}",
@@ -278,23 +262,48 @@ async def test_while_the_metrics_port_is_taken_a_grpc_link_is_built_and_waits_fo
         dataplane__port_base=str(WORKER),
     ) as node:
         try:
-            async with api_serving(node) as url:
-                api = sync_api(url)
-                await call(create, api, topology("r1", "r2"))
-                await call(create, api, topology("r2", "r1"))
-                # r2 runs on another node: r1's end of their link is a grpc wire.
-                elsewhere = {"src_ip": "127.0.0.2", "net_ns": "/x", "container_id": "c2"}
-                await call(place, api, "r2", elsewhere)
-                r1 = node.pod_netns("r1")
-                assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
-                # The TAP is made and attached: its driver does not wait for the wire.
-                assert "eth1" in read_interfaces(r1)
-                link = node.daemon.reconciler.statuses["default/1/r1"]
-                assert link.state is not State.ERROR, link.message
-                assert node.daemon.wire is not None and not node.daemon.wire.started
-                assert node.daemon.not_ready().startswith("waiting for metrics.listen")
-                held.pop().close()
-                await node.wait(lambda: node.daemon.wire.started, "the wire started")
+            yield node, lambda: held.pop().close()
         finally:
             for sock in held:
                 sock.close()
+
+
+async def test_while_the_wire_waits_for_its_ports_pods_are_added_and_veths_built(
+    tmp_path: Path, listen_warnings: None
+) -> None:
+    async with (
+        grpc_node_while_taken(tmp_path, PEER) as (node, release),
+        api_serving(node) as url,
+    ):
+        # Two pods on this node: a veth, which needs no wire.
+        r1, r2 = await add_pair(node, url)
+        await node.wait(lambda: both_up(r1, r2), "the veth up in both pods")
+        assert node.daemon.not_ready().startswith(f"waiting for peer.listen 127.0.0.1:{PEER}")
+        assert node.daemon.wire is not None and not node.daemon.wire.started
+        release()
+        await node.wait(lambda: node.daemon.not_ready() == "", "the daemon ready")
+
+
+async def test_while_the_metrics_port_is_taken_a_grpc_link_is_built_and_waits_for_the_wire(
+    tmp_path: Path, listen_warnings: None
+) -> None:
+    async with (
+        grpc_node_while_taken(tmp_path, METRICS) as (node, release),
+        api_serving(node) as url,
+    ):
+        api = sync_api(url)
+        await call(create, api, topology("r1", "r2"))
+        await call(create, api, topology("r2", "r1"))
+        # r2 runs on another node: r1's end of their link is a grpc wire.
+        elsewhere = {"src_ip": "127.0.0.2", "net_ns": "/x", "container_id": "c2"}
+        await call(place, api, "r2", elsewhere)
+        r1 = node.pod_netns("r1")
+        assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
+        # The TAP is made and attached: its driver does not wait for the wire.
+        assert "eth1" in read_interfaces(r1)
+        link = node.daemon.reconciler.statuses["default/1/r1"]
+        assert link.state is not State.ERROR, link.message
+        assert node.daemon.wire is not None and not node.daemon.wire.started
+        assert node.daemon.not_ready().startswith("waiting for metrics.listen")
+        release()
+        await node.wait(lambda: node.daemon.wire.started, "the wire started")
