@@ -32,7 +32,6 @@ from meshwire.control.lab.names import (
 )
 
 EEXIST = 17
-# Read and written by a thread inside the namespace: net sysctls are the caller's namespace's.
 
 
 def create_hub(names: LabNames) -> None:
