@@ -79,15 +79,14 @@ def reserve(ports: list[int], sysctl: Path = SYSCTL) -> list[int]:
     """Add `ports` to the sysctl, keeping every entry it has; returns the ports added.
 
     The kernel reads a write as the whole new list, so the current one is
-    written back with ours. A sysctl that cannot be read or written (no
-    privilege, a read-only /proc) is logged and skipped: the daemon then
-    relies on waiting for a taken port."""
+    written back as it was, with ours after it. A sysctl that cannot be read or
+    written (no privilege, a read-only /proc) is logged and skipped: the daemon
+    then relies on waiting for a taken port."""
     try:
-        current = sysctl.read_text()
+        current = sysctl.read_text().strip()
         added = missing(current, ports)
         if added:
-            wanted = [p for a, b in parse(current) for p in range(a, b + 1)] + added
-            sysctl.write_text(render(wanted))
+            sysctl.write_text(",".join(filter(None, [current, render(added)])))
     except (OSError, ValueError) as exc:
         log.warning("reserve_ports: cannot reserve ports %s in %s: %s", render(ports), sysctl, exc)
         return []
