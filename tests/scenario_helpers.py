@@ -27,7 +27,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -437,13 +437,15 @@ async def add_pair(node: DaemonNode, url: str) -> tuple[str, str]:
 
 @contextlib.asynccontextmanager
 async def daemon_node(
-    tmp_path: Path, before: Callable[[], object] = lambda: None, **overrides: str
+    tmp_path: Path,
+    before: Callable[[], object] = lambda: None,
+    overrides: Mapping[str, str] | None = None,
 ) -> AsyncIterator[DaemonNode]:
     """A daemon on 127.0.0.1 of a private netns, its API not started (see `api_serving`).
 
-    `overrides`: config keys over the harness's own, `.` as `__` ("peer__listen");
-    `before` runs in the netns before the daemon starts. Everything it creates
-    (pod netns, the daemon, the API) is removed on exit.
+    `overrides`: config keys ("peer.listen") over the harness's own; `before` runs
+    in the netns before the daemon starts. Everything it creates (pod netns, the
+    daemon, the API) is removed on exit.
     """
     with private_loopback():
         before()
@@ -462,7 +464,7 @@ async def daemon_node(
                 "cni.add_timeout": "10",
                 "metrics.listen": "127.0.0.1:0",
                 "reconcile.full_interval": "3600",
-                **{key.replace("__", "."): value for key, value in overrides.items()},
+                **(overrides or {}),
             },
         )
         daemon = Daemon(config)

@@ -255,11 +255,13 @@ async def grpc_node_while_taken(
     async with daemon_node(
         tmp_path,
         before=lambda: held.append(holding(port)),
-        inter_node_link_type="grpc",
-        workers="1",
-        metrics__listen=f"127.0.0.1:{METRICS}",
-        peer__listen=f"127.0.0.1:{PEER}",
-        dataplane__port_base=str(WORKER),
+        overrides={
+            "inter_node_link_type": "grpc",
+            "workers": "1",
+            "metrics.listen": f"127.0.0.1:{METRICS}",
+            "peer.listen": f"127.0.0.1:{PEER}",
+            "dataplane.port_base": str(WORKER),
+        },
     ) as node:
         try:
             yield node, lambda: held.pop().close()
