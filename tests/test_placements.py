@@ -1,8 +1,10 @@
-"""The placement keeper: a pod running here gets its placement back when its status loses it.
+"""The placement keeper: a status that names this node or none says what runs here.
 
-The keeper writes a pod's placement again only while it holds the pod's
-sandbox (ADDed here, not DELeted) and the status names no container; and then
-only on the condition that the status still names none when the write lands.
+The keeper writes a pod's placement again while it holds the pod's sandbox
+(ADDed here, not DELeted) and the status names no container, or another
+container on this node; it clears a status that names a container on this
+node when it holds none. Each write lands only while the status still names
+the container the keeper saw. A status naming another node is left alone.
 """
 
 from __future__ import annotations
@@ -78,12 +80,45 @@ def test_a_topology_created_again_while_its_pod_runs_here_gets_the_placement() -
     assert written.calls == [("default/r1", REWRITE)]
 
 
-def test_a_status_naming_another_container_is_left_alone() -> None:
+def test_a_status_naming_another_node_is_left_alone() -> None:
     table, keeper, written = synced(r1(HERE))
     table.upsert(r1(ELSEWHERE))
     assert keeper.step() == []
     assert written.calls == []
     assert keeper.held("default/r1") == Placement("b", "/ns/r1-b")
+
+
+def test_a_status_naming_an_older_sandbox_here_gets_the_held_one() -> None:
+    # A late write of this node's previous daemon names sandbox a, gone since.
+    table, keeper, written = synced(r1(HERE))
+    table.upsert(r1(dataclasses.replace(HERE, net_ns="/ns/r1-a", container_id="a")))
+    assert keeper.step() == ["default/r1"]
+    assert written.calls == [("default/r1", {**REWRITE, "if_container": "a"})]
+    obj = table.get("default/r1")
+    assert obj is not None and obj.status == HERE
+
+
+CLEAR = {"if_container": "b", "src_ip": "", "net_ns": "", "container_id": ""}
+
+
+def test_a_status_naming_a_sandbox_here_that_is_not_held_is_cleared() -> None:
+    # After the DEL of b, its placement is back: a clear that waited out an API
+    # outage was dropped, its condition naming an ADD the API never saw.
+    table, keeper, written = synced(r1())
+    keeper.added("default/r1", "b", "/ns/r1-b")
+    keeper.deleted("default/r1", "b")
+    table.upsert(r1(HERE))
+    assert keeper.step() == ["default/r1"]
+    assert written.calls == [("default/r1", CLEAR)]
+    obj = table.get("default/r1")
+    assert obj is not None and obj.status == NONE
+
+
+def test_a_status_naming_this_node_without_a_container_is_not_cleared() -> None:
+    table, keeper, written = synced(r1())
+    table.upsert(r1(TopologyStatus(src_ip=NODE.node_ip)))
+    assert keeper.step() == []
+    assert written.calls == []
 
 
 def test_after_a_del_of_the_held_sandbox_a_cleared_status_stays_cleared() -> None:
@@ -173,13 +208,25 @@ def test_a_sandbox_deleted_before_the_restart_is_not_written_back(tmp_path: Path
 def test_the_sandbox_added_last_here_wins_over_an_older_one_the_api_names(
     tmp_path: Path,
 ) -> None:
-    # The API still names sandbox b here; the ADD of c was this node's last word.
+    # The API still names sandbox b here; the ADD of c was this node's last word,
+    # answered while the API was down.
     store = SandboxStore(tmp_path / "state")
     netns = existing(tmp_path, "r1-c")
-    store.save("default/r1", Placement("c", netns))
+    assert store.save("default/r1", Placement("c", netns))
     keeper, written = restarted(store, r1(HERE))
-    assert written.calls == []
     assert keeper.held("default/r1") == Placement("c", netns)
+    rewrite = {**REWRITE, "if_container": "b", "net_ns": netns, "container_id": "c"}
+    assert written.calls == [("default/r1", rewrite)]
+
+
+def test_added_says_whether_the_sandbox_is_on_disk(tmp_path: Path) -> None:
+    table = TopologyTable()
+    assert not PlacementKeeper(NODE.node_ip, table, Written()).added("default/r1", "b", "/x")
+    stored = PlacementKeeper(NODE.node_ip, table, Written(), SandboxStore(tmp_path / "state"))
+    assert stored.added("default/r1", "b", "/x")
+    (tmp_path / "file").touch()
+    unwritable = PlacementKeeper(NODE.node_ip, table, Written(), SandboxStore(tmp_path / "file"))
+    assert not unwritable.added("default/r1", "b", "/x")
 
 
 def test_what_the_api_says_runs_here_is_recorded_when_the_store_lacks_it(tmp_path: Path) -> None:

@@ -11,14 +11,25 @@ be lost from the status:
 - the Topology deleted and created again while its pods run;
 - a hand edit of the status.
 
-Every node then tears the pod's links down, although the pod runs here. The
-keeper remembers each sandbox this node added and has not deleted, and when
-a held pod's status names no container, writes the placement again, on the
-condition that the status still names none: it never overwrites a placement
-another node wrote meanwhile. A status naming another container is left
-alone: either the pod has a newer sandbox elsewhere (this node's DEL will
-follow), or a stale one whose own clear will follow and leave the status
-empty, and then the keeper acts.
+Every node then tears the pod's links down, although the pod runs here. And
+a status can keep naming this node for a sandbox that is gone: a late write
+of this node's own, or a clear that waited out an API outage behind an ADD
+that never landed (the clear's condition names the ADD's container, which
+the API never saw).
+
+The keeper remembers each sandbox this node added and has not deleted, and
+makes every status that names this node or no node say what this node holds:
+
+- held, and the status names no container, or another container on this
+  node: the held placement is written;
+- not held, and the status names a container on this node: the placement is
+  cleared.
+
+Each write is conditional on the status the keeper saw (`if_container`): it
+never overwrites what another node wrote meanwhile. A status naming another
+node is left alone: either the pod has a newer sandbox there (this node's
+DEL will follow), or a stale write of that node's, which that node clears,
+and then the keeper acts.
 
 After a restart the keeper holds what the API says runs here (`src_ip` is
 this node) and, over that, what its sandbox store recorded (sandbox_store.py):
@@ -32,7 +43,8 @@ import logging
 from collections.abc import Callable
 
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
-from meshwire.control.tables.local_placements import PodPlacement
+from meshwire.control.model.topology import TopologyStatus
+from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
@@ -73,12 +85,12 @@ class PlacementKeeper:
     def held(self, key: str) -> Placement | None:
         return self._held.get(key)
 
-    def added(self, key: str, container_id: str, netns: str, network: str = "") -> None:
-        """The runtime added a sandbox of pod `key` here, through CNI network `network`;
-        recorded before this returns."""
+    def added(self, key: str, container_id: str, netns: str, network: str = "") -> bool:
+        """The runtime added a sandbox of pod `key` here, through CNI network `network`.
+        Returns whether it is recorded in the sandbox store before this returns: then a
+        restarted daemon still writes its placement, should the API not have it yet."""
         self._held[key] = Placement(container_id, netns, network)
-        if self._store is not None:
-            self._store.save(key, self._held[key])
+        return self._store is not None and self._store.save(key, self._held[key])
 
     def deleted(self, key: str, container_id: str) -> None:
         """The runtime deleted a sandbox of pod `key` here (an empty id: whichever it is)."""
@@ -112,23 +124,44 @@ class PlacementKeeper:
             self._held.update(recorded)
 
     def step(self) -> list[str]:
-        """Write again the placements of held pods whose status lost them; returns their keys."""
-        restored = []
+        """Make the statuses that changed say what this node holds (see the module doc);
+        returns the keys written."""
+        written = []
         for key in sorted({change.key for change in self._tracker.next()}):
-            held = self._held.get(key)
             topology = self.topologies.get(key)
-            if held is None or topology is None or topology.status.container_id:
-                continue
+            if topology is not None and self._correct(key, topology.status):
+                written.append(key)
+        return written
+
+    def _correct(self, key: str, status: TopologyStatus) -> bool:
+        """Write the placement this node holds for pod `key` if `status` says otherwise
+        and names no other node; whether it wrote."""
+        if status.container_id and status.src_ip != self.node_ip:
+            return False
+        held = self._held.get(key)
+        if held is None:
+            if not status.container_id:
+                return False
             log.warning(
-                "pod %s: its status names no container, but container %s runs on this node; "
+                "pod %s: its status names container %s on this node, which runs no sandbox "
+                "of it; clearing its placement",
+                key,
+                status.container_id,
+            )
+            placement = NOWHERE
+        else:
+            if held.container_id == status.container_id:
+                return False
+            log.warning(
+                "pod %s: its status names %s, but container %s runs on this node; "
                 "writing its placement again",
                 key,
+                f"container {status.container_id}" if status.container_id else "no container",
                 held.container_id,
             )
             placement = PodPlacement(self.node_ip, held.netns, held.container_id)
-            write_placement(self.topologies, self._set_status, key, placement, "")
-            restored.append(key)
-        return restored
+        write_placement(self.topologies, self._set_status, key, placement, status.container_id)
+        return True
 
     def start(self) -> list[str]:
         """Seed, then write back what the synced table lost; called by the daemon before

@@ -10,8 +10,8 @@ stale clear, the Topology deleted and created again) is lost for good.
 The directory belongs on tmpfs (`/run`): a reboot forgets the sandboxes
 together with the files. Loading drops a sandbox whose netns path is gone
 (the runtime tore it down while the daemon was away) and an unreadable
-file, each with a warning; a file that cannot be written is logged and the
-CNI command still answered, since the API keeps the placement as before.
+file, each with a warning. A file that cannot be written is logged; the CNI
+ADD is then answered only once the API has the placement (cni_handler.py).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ class SandboxStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def save(self, key: str, placement: Placement) -> None:
-        """Record that pod `key` runs here in `placement` (replacing any previous one)."""
+    def save(self, key: str, placement: Placement) -> bool:
+        """Record that pod `key` runs here in `placement` (replacing any previous one);
+        whether the record is on disk."""
         path = self._path(key)
         tmp = path.with_name(path.name + ".tmp")
         body = {
@@ -58,6 +59,8 @@ class SandboxStore:
             tmp.replace(path)
         except OSError as exc:
             log.error("pod %s: cannot record its sandbox in %s: %s", key, self.directory, exc)
+            return False
+        return True
 
     def remove(self, key: str) -> None:
         """Forget pod `key`; forgetting a pod not recorded is not an error."""
