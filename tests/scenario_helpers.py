@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import secrets
 import signal
@@ -157,6 +158,13 @@ class OneNodeLab:
         state = self.state()
         pods.detach(self.dir, state, state.pod(pod), MeshwireRuntime().cni_argv())
 
+    def cni_del_older(self, pod: str, container_id: str) -> None:
+        """The runtime retries the DEL of an older sandbox of the pod (`container_id`),
+        whose first DEL failed; the pod's current sandbox stays."""
+        state = self.state()
+        older = dataclasses.replace(state.pod(pod), container_id=container_id)
+        pods.detach(self.dir, state, older, MeshwireRuntime().cni_argv())
+
     def cni_add(self, pod: str) -> None:
         """The runtime starts the pod again in its netns: CNI ADD with a new container id."""
         state = self.state()
@@ -183,6 +191,18 @@ class OneNodeLab:
     def kill_daemon(self) -> None:
         """`lab kill-daemon node1`: SIGKILL, start again, wait until /readyz says ready."""
         ops.kill_daemon(self.dir, self.state(), MeshwireRuntime(), NODE)
+
+    def restart_daemon(self) -> None:
+        """SIGKILL the node's daemon and start it again, without waiting until it is
+        ready (it cannot sync while the API is down): see `wait_ready`."""
+        record = self.state().process(f"daemon/{NODE}")
+        assert record is not None, f"{NODE} runs no daemon"
+        processes.kill_leader(record)
+        up.start_daemon(self.dir, self.state(), MeshwireRuntime(), NODE)
+
+    def wait_ready(self) -> None:
+        """Until the node's daemon answers /readyz with 200."""
+        up.wait_ready(self.state(), NODE)
 
     @contextlib.contextmanager
     def daemon_down(self) -> Iterator[None]:

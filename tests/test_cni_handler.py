@@ -8,6 +8,8 @@ it: the pod's placement stayed, and its links on the peers' nodes with it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from pathlib import Path
 
 import pytest
 from reconciler_helpers import NODE, Daemon, FakeDriver
@@ -22,6 +24,7 @@ from meshwire.control.cni.protocol import (
 )
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.placements import PlacementKeeper
+from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
 from meshwire.control.model.topology import Topology, TopologyStatus
 from meshwire.control.reconcile.clock import FakeClock
 
@@ -50,7 +53,9 @@ class Written:
         await self.held.wait()
 
 
-def handler(daemon: Daemon, written: Written, add_timeout: float) -> DaemonCniHandler:
+def handler(
+    daemon: Daemon, written: Written, add_timeout: float, store: SandboxStore | None = None
+) -> DaemonCniHandler:
     return DaemonCniHandler(
         NODE.node_ip,
         daemon.topologies,
@@ -59,7 +64,7 @@ def handler(daemon: Daemon, written: Written, add_timeout: float) -> DaemonCniHa
         written,
         add_timeout,
         lambda: "",
-        PlacementKeeper(NODE.node_ip, daemon.topologies, written.set),
+        PlacementKeeper(NODE.node_ip, daemon.topologies, written.set, store),
     )
 
 
@@ -131,6 +136,38 @@ async def test_success_waits_until_the_status_write_is_in_the_api(request_: CniR
         await daemon.stop()
 
 
+async def test_an_add_recorded_in_the_sandbox_store_succeeds_while_the_write_is_late(
+    tmp_path: Path,
+) -> None:
+    # The API is down: the pod runs, and the store carries its placement over a restart.
+    daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
+    daemon.topologies.upsert(R1)
+    daemon.topologies.mark_initialized()
+    daemon.links.mark_initialized()
+    deriving = asyncio.create_task(derive_loop(daemon))
+    store, netns = SandboxStore(tmp_path / "state"), tmp_path / "r1-2"
+    netns.touch()
+    add = dataclasses.replace(ADD, netns=str(netns))
+    try:
+        written.held.clear()
+        await asyncio.wait_for(handler(daemon, written, 0.2, store).add(add), 5.0)
+        assert store.load() == {"default/r1": Placement("c2", str(netns), "meshnet")}
+        assert written.calls[-1] == (
+            "default/r1",
+            {"src_ip": NODE.node_ip, "net_ns": str(netns), "container_id": "c2"},
+        )
+
+        # A store that cannot record it: the runtime is asked to retry, as without one.
+        (tmp_path / "file").touch()
+        unwritable = handler(daemon, written, 0.2, SandboxStore(tmp_path / "file"))
+        with pytest.raises(CniError) as refused:
+            await unwritable.add(add)
+        assert refused.value.code == ErrorCode.TRY_AGAIN_LATER
+    finally:
+        deriving.cancel()
+        await daemon.stop()
+
+
 async def derive_loop(daemon: Daemon) -> None:
     """The daemon's derive loop: r1 has no links, so an ADD has nothing else to wait for."""
     while True:
@@ -145,7 +182,8 @@ def gc(network: str, *valid: str) -> CniRequest:
 
 async def test_gc_releases_a_sandbox_the_runtime_no_longer_lists_as_a_del_would() -> None:
     # The runtime gave up on r1's DEL (c1); its GC lists only r2's sandbox (c2).
-    r2 = Topology("default", "r2", status=TopologyStatus(NODE.node_ip, "/ns/r2", "c2"))
+    r2_status = TopologyStatus(src_ip=NODE.node_ip, net_ns="/ns/r2", container_id="c2")
+    r2 = Topology("default", "r2", status=r2_status)
     daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
     daemon.topologies.upsert(R1)
     daemon.topologies.upsert(r2)

@@ -20,10 +20,15 @@ runtime gave up on); the ADDs are recorded in the sandbox store for this.
 
 All three wait for the daemon's first sync (a DEL answered from an empty table
 would be lost), and ask to be retried if it does not come within
-`cni.add_timeout`. They also wait, within `cni.add_timeout`, until their status write is in the
-API, and otherwise ask to be retried: once the runtime hears success, a
-daemon restarted a moment later (which learns what runs on its node from the
-API) cannot have lost the placement, nor a clear.
+`cni.add_timeout`. They also wait, within `cni.add_timeout`, until their
+status write is in the API: once the runtime hears success, a daemon
+restarted a moment later cannot have lost the placement, nor a clear. When
+the write is late (the API is down), a DEL asks to be retried. An ADD whose
+sandbox is in the sandbox store succeeds all the same, its links being up:
+the write goes on in the background, and a daemon restarted before it lands
+writes the placement from the store (placements.py). A pod restarted during
+an API outage then runs, instead of being torn down and started again by
+the runtime until the API is back.
 """
 
 from __future__ import annotations
@@ -92,12 +97,24 @@ class DaemonCniHandler:
             return
         placement = PodPlacement(self.node_ip, request.netns, request.container_id)
         write_placement(self.topologies, self._status.set, topology.key, placement)
-        self.placements.added(topology.key, request.container_id, request.netns, request.network)
+        recorded = self.placements.added(
+            topology.key, request.container_id, request.netns, request.network
+        )
         # A new sandbox: its links are checked against the kernel even when they
         # derive as before (a netns at the same path, a DEL that never came).
         self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))
         await self._wait_links(topology.key, deadline)
-        await self._wait_written(topology.key, deadline)
+        try:
+            await self._wait_written(topology.key, deadline)
+        except CniError as late:
+            if not recorded:
+                raise
+            log.warning(
+                "pod %s added, its placement not yet in the API (%s); the write goes on, "
+                "and the sandbox store keeps it over a restart",
+                topology.key,
+                late.msg,
+            )
 
     async def delete(self, request: CniRequest) -> None:
         deadline = asyncio.get_running_loop().time() + self.add_timeout
@@ -157,7 +174,7 @@ class DaemonCniHandler:
             raise CniError(
                 ErrorCode.TRY_AGAIN_LATER, "meshwire daemon has not synced topologies yet"
             ) from None
-        self.placements.seed()  # before this request changes what this node holds
+        self.placements.start()  # before this request changes what this node holds
 
     def _clear(self, topology: Topology, container_id: str) -> bool:
         """Clear the placement that sandbox `container_id` ("": whichever) of `topology`'s
