@@ -13,6 +13,7 @@ from meshwire.control.reconcile.status_writer import (
     DEFAULT_WRITE_BURST,
     DEFAULT_WRITE_RATE,
     DEFAULT_WRITERS,
+    PLACEMENT_FIELDS,
     StatusNotFound,
     StatusSuperseded,
     StatusWriter,
@@ -52,7 +53,12 @@ class FakeStatusApi:
                 raise ConnectionError("api server unreachable")
             holder = self.statuses[key].get("container_id", "")
             if if_container is not None and holder != if_container:
-                raise StatusSuperseded(f"topology {key}: names {holder!r}, not {if_container!r}")
+                found = {f: self.statuses[key].get(f, "") for f in PLACEMENT_FIELDS}
+                raise StatusSuperseded(
+                    f"topology {key}: names {holder!r}, not {if_container!r}",
+                    found,
+                    str(self.resource_version),
+                )
             self.statuses[key].update(status)
             self.resource_version += 1
             return str(self.resource_version)
@@ -69,12 +75,21 @@ class HeardWrites:
     def __init__(self) -> None:
         self.landed: list[tuple[str, dict[str, str], str]] = []
         self.dropped: list[tuple[str, dict[str, str]]] = []
+        # Per drop: what the failed condition's read found, and at which version.
+        self.found: list[tuple[dict[str, str], str]] = []
 
     def status_landed(self, key: str, fields: Mapping[str, str], resource_version: str) -> None:
         self.landed.append((key, dict(fields), resource_version))
 
-    def status_dropped(self, key: str, fields: Mapping[str, str]) -> None:
+    def status_dropped(
+        self,
+        key: str,
+        fields: Mapping[str, str],
+        found: Mapping[str, str] | None = None,
+        resource_version: str = "",
+    ) -> None:
         self.dropped.append((key, dict(fields)))
+        self.found.append((dict(found or {}), resource_version))
 
 
 @pytest.fixture

@@ -253,9 +253,16 @@ async def test_a_conditional_write_for_another_container_is_superseded_and_chang
 ) -> None:
     # The pod's old node clears its placement late, after the new node wrote its own.
     async with embedded_api_with(tmp_path, client_for, PLACED_B) as (api, objects):
-        with pytest.raises(StatusSuperseded, match="names container b, not a"):
+        with pytest.raises(StatusSuperseded, match="names container b, not a") as superseded:
             await api.patch_status("lab", "r1", CLEARED, if_container="a")
         assert await status_of(objects) == PLACED_B
+        # It says what the status names instead, and at which version.
+        current = cast(
+            dict[str, Any],
+            await objects.get_namespaced_custom_object(GROUP, VERSION, "lab", PLURAL, "r1"),
+        )
+        assert superseded.value.found == PLACED_B
+        assert superseded.value.resource_version == current["metadata"]["resourceVersion"]
 
 
 async def test_a_conditional_write_overtaken_between_its_read_and_its_patch_is_a_conflict(

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 
 # The status fields this daemon owns, named as meshnet names them.
 STATUS_FIELDS = frozenset({"src_ip", "net_ns", "container_id", "plumbing_error"})
+# Those that say where a pod runs.
+PLACEMENT_FIELDS = ("src_ip", "net_ns", "container_id")
 
 # 20 writes/s with a burst of 40 per node: a node booting a few dozen pods at
 # once has every status out immediately, and a steady rate stays small next to
@@ -71,7 +73,19 @@ class StatusNotFound(Exception):
 
 
 class StatusSuperseded(Exception):
-    """A conditional write's container is no longer the one the status names."""
+    """A conditional write's container is no longer the one the status names.
+
+    `found` holds the placement fields (`PLACEMENT_FIELDS`) as the check read
+    them, an absent one as "", and `resource_version` the object's version at
+    that read; both empty when not known.
+    """
+
+    def __init__(
+        self, message: str, found: Mapping[str, str] | None = None, resource_version: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.found = dict(found or {})
+        self.resource_version = resource_version
 
 
 class StatusApi(Protocol):
@@ -94,8 +108,16 @@ class WriteListener(Protocol):
         """`fields` of Topology `key` are in the API, whose object is now at `resource_version`."""
         ...
 
-    def status_dropped(self, key: str, fields: Mapping[str, str]) -> None:
-        """`fields` of Topology `key` will not be written (object gone, condition failed)."""
+    def status_dropped(
+        self,
+        key: str,
+        fields: Mapping[str, str],
+        found: Mapping[str, str] | None = None,
+        resource_version: str = "",
+    ) -> None:
+        """`fields` of Topology `key` will not be written (object gone, condition failed).
+        For a failed condition, `found` is the placement the API had instead, at
+        `resource_version` (see `StatusSuperseded`)."""
         ...
 
 
@@ -128,11 +150,14 @@ class KubeStatusApi:
                     **topology, _request_timeout=self._timeout
                 )
                 current = cast(dict[str, Any], reply)  # the object as JSON
-                holder = (current.get("status") or {}).get("container_id", "")
+                status_now = current.get("status") or {}
+                holder = status_now.get("container_id", "")
                 if holder != if_container:
                     raise StatusSuperseded(
                         f"topology {namespace}/{name}: status names container "
-                        f"{holder or '(none)'}, not {if_container}"
+                        f"{holder or '(none)'}, not {if_container}",
+                        {field: str(status_now.get(field) or "") for field in PLACEMENT_FIELDS},
+                        str(current["metadata"].get("resourceVersion") or ""),
                     )
                 # A precondition: 409 Conflict if the object changed since the read.
                 body["metadata"] = {"resourceVersion": current["metadata"]["resourceVersion"]}
@@ -317,7 +342,7 @@ class StatusWriter:
             log.info("status of topology %s: write %s dropped: %s", key, sorted(fields), why)
             self._queue.forget(key)
             if self._listener is not None:
-                self._listener.status_dropped(key, fields)
+                self._listener.status_dropped(key, fields, why.found, why.resource_version)
         except asyncio.CancelledError:
             self._restore(key, fields, condition)
             raise

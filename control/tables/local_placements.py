@@ -19,8 +19,11 @@ for the pod until one of these:
   at R or later. resourceVersions are compared as integers, as client-go's
   mutation cache does and Kubernetes 1.34 allows (KEP-5504); where either is
   not an integer, a delivered object that names the placement itself will do;
-- the write was dropped (its condition no longer held, or the object is gone):
-  the API's object is the truth again;
+- the write was dropped because the object is gone: the API's object is the
+  truth again;
+- the write was dropped because its condition no longer held: the placement
+  the condition's read found is laid over instead, until the informer
+  delivers the object at the read's resourceVersion;
 - the object is deleted.
 
 A later placement of the same pod replaces an earlier one; a write that

@@ -115,12 +115,33 @@ class TopologyTable:
             self._forget(key)
             self._store(delivered)
 
-    def status_dropped(self, key: str, fields: Mapping[str, str]) -> None:
-        """The status writer dropped `fields` for `key`: the API's object stands."""
+    def status_dropped(
+        self,
+        key: str,
+        fields: Mapping[str, str],
+        found: Mapping[str, str] | None = None,
+        resource_version: str = "",
+    ) -> None:
+        """The status writer dropped `fields` for `key`: the API's object stands.
+
+        A condition that failed read the placement the API has (`found`, at
+        `resource_version`): the row shows that one until the informer delivers
+        the object at that version. The informer may lag behind (it reconnects
+        after an outage), and the object it last delivered can name the very
+        sandbox the dropped write meant to replace: shown again, it moved the
+        links back there, and the placement keeper cleared it over and over.
+        """
         local = self._local.get(key)
         if local is None or PodPlacement.of_fields(fields) != local.placement:
             return
         delivered = self._delivered[key]
+        seen = PodPlacement.of_fields(found or {})
+        if seen is not None and resource_version:
+            read = LocalPlacement(seen, landed_at=resource_version)
+            if not read.caught_up(delivered):
+                self._local[key] = read
+                self._store(seen.over(delivered))
+                return
         self._forget(key)
         self._store(delivered)
 
