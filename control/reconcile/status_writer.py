@@ -24,7 +24,8 @@ fields set meanwhile join the conditional write. A write whose condition no
 longer holds is dropped.
 
 A `listener` (the topologies table) hears of each write that landed, with
-the resourceVersion the object reached, and of each dropped one.
+the resourceVersion the object reached, and of each dropped one, with the
+placement the API had when a condition failed.
 
 Lifecycle: `start()` on the running loop, `set()` any number of times,
 `await written(key)` to wait until one topology's fields are written (CNI ADD
