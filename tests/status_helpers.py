@@ -15,6 +15,7 @@ from meshwire.control.reconcile.status_writer import (
     DEFAULT_WRITERS,
     PLACEMENT_FIELDS,
     StatusNotFound,
+    StatusRead,
     StatusSuperseded,
     StatusWriter,
 )
@@ -56,8 +57,7 @@ class FakeStatusApi:
                 found = {f: self.statuses[key].get(f, "") for f in PLACEMENT_FIELDS}
                 raise StatusSuperseded(
                     f"topology {key}: names {holder!r}, not {if_container!r}",
-                    found,
-                    str(self.resource_version),
+                    StatusRead(found, str(self.resource_version)),
                 )
             self.statuses[key].update(status)
             self.resource_version += 1
@@ -75,21 +75,17 @@ class HeardWrites:
     def __init__(self) -> None:
         self.landed: list[tuple[str, dict[str, str], str]] = []
         self.dropped: list[tuple[str, dict[str, str]]] = []
-        # Per drop: what the failed condition's read found, and at which version.
-        self.found: list[tuple[dict[str, str], str]] = []
+        # Per drop: what the failed condition's read found (None: no read).
+        self.reads: list[StatusRead | None] = []
 
     def status_landed(self, key: str, fields: Mapping[str, str], resource_version: str) -> None:
         self.landed.append((key, dict(fields), resource_version))
 
     def status_dropped(
-        self,
-        key: str,
-        fields: Mapping[str, str],
-        found: Mapping[str, str] | None = None,
-        resource_version: str = "",
+        self, key: str, fields: Mapping[str, str], read: StatusRead | None = None
     ) -> None:
         self.dropped.append((key, dict(fields)))
-        self.found.append((dict(found or {}), resource_version))
+        self.reads.append(read)
 
 
 @pytest.fixture

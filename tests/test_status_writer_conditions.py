@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from meshwire.control.reconcile.clock import FakeClock
+from meshwire.control.reconcile.status_writer import StatusRead
 from tests.queue_helpers import settle, until
 from tests.status_helpers import FakeStatusApi, HeardWrites, clock, started
 
@@ -135,7 +136,7 @@ async def test_the_listener_hears_each_write_that_landed_and_each_dropped_one(
     assert heard.landed == [("lab/r2", PLACED_A, str(api.resource_version))]
     assert sorted(heard.dropped) == [("lab/gone", PLACED_A), ("lab/r1", CLEARED)]
     # A failed condition also tells what the API had instead; a gone object, nothing.
-    found = {key: read for (key, _), read in zip(heard.dropped, heard.found, strict=True)}
+    reads = {key: read for (key, _), read in zip(heard.dropped, heard.reads, strict=True)}
     # r1 was read before r2's write bumped the version.
-    assert found == {"lab/r1": (PLACED_B, "0"), "lab/gone": ({}, "")}
+    assert reads == {"lab/r1": StatusRead(PLACED_B, "0"), "lab/gone": None}
     await writer.close()

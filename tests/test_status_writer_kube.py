@@ -24,6 +24,7 @@ from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.control.reconcile.status_writer import (
     KubeStatusApi,
     StatusNotFound,
+    StatusRead,
     StatusSuperseded,
     StatusWriter,
 )
@@ -261,8 +262,8 @@ async def test_a_conditional_write_for_another_container_is_superseded_and_chang
             dict[str, Any],
             await objects.get_namespaced_custom_object(GROUP, VERSION, "lab", PLURAL, "r1"),
         )
-        assert superseded.value.found == PLACED_B
-        assert superseded.value.resource_version == current["metadata"]["resourceVersion"]
+        version = current["metadata"]["resourceVersion"]
+        assert superseded.value.read == StatusRead(PLACED_B, version)
 
 
 async def test_a_conditional_write_overtaken_between_its_read_and_its_patch_is_a_conflict(

@@ -13,6 +13,7 @@ from reconciler_helpers import NODE
 
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
 from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
+from meshwire.control.reconcile.status_writer import StatusRead
 from meshwire.control.tables.local_placements import PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 
@@ -100,7 +101,7 @@ def test_a_write_dropped_on_a_read_shows_what_the_read_found_until_the_informer_
     # The informer lags behind after an outage: its last object still names
     # sandbox a, which the API no longer does.
     table = placed_here(NEW)
-    table.status_dropped("default/r1", NEW.fields(), CLEARED.fields(), "15")
+    table.status_dropped("default/r1", NEW.fields(), StatusRead(CLEARED.fields(), "15"))
     assert shown(table) == CLEARED
     table.upsert(r1(OLD, 12))  # replayed from before the read
     assert shown(table) == CLEARED
@@ -114,7 +115,7 @@ def test_a_read_the_informer_is_already_past_gives_the_row_to_the_apis_object() 
     table = placed_here(NEW)
     elsewhere = PodPlacement("10.9.9.9", "/ns/r1-c", "c")
     table.upsert(r1(elsewhere, 16))
-    table.status_dropped("default/r1", NEW.fields(), CLEARED.fields(), "15")
+    table.status_dropped("default/r1", NEW.fields(), StatusRead(CLEARED.fields(), "15"))
     assert shown(table) == elsewhere
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
@@ -73,20 +74,22 @@ class StatusNotFound(Exception):
     """The Topology whose status was written does not exist (HTTP 404)."""
 
 
+@dataclass(frozen=True, slots=True)
+class StatusRead:
+    """A Topology's placement fields (`PLACEMENT_FIELDS`, an absent one as "") as a
+    conditional write's check read them, and the object's resourceVersion then."""
+
+    fields: Mapping[str, str]
+    resource_version: str
+
+
 class StatusSuperseded(Exception):
-    """A conditional write's container is no longer the one the status names.
+    """A conditional write's container is no longer the one the status names; `read`
+    says what the status names instead, when known."""
 
-    `found` holds the placement fields (`PLACEMENT_FIELDS`) as the check read
-    them, an absent one as "", and `resource_version` the object's version at
-    that read; both empty when not known.
-    """
-
-    def __init__(
-        self, message: str, found: Mapping[str, str] | None = None, resource_version: str = ""
-    ) -> None:
+    def __init__(self, message: str, read: StatusRead | None = None) -> None:
         super().__init__(message)
-        self.found = dict(found or {})
-        self.resource_version = resource_version
+        self.read = read
 
 
 class StatusApi(Protocol):
@@ -110,15 +113,10 @@ class WriteListener(Protocol):
         ...
 
     def status_dropped(
-        self,
-        key: str,
-        fields: Mapping[str, str],
-        found: Mapping[str, str] | None = None,
-        resource_version: str = "",
+        self, key: str, fields: Mapping[str, str], read: StatusRead | None = None
     ) -> None:
-        """`fields` of Topology `key` will not be written (object gone, condition failed).
-        For a failed condition, `found` is the placement the API had instead, at
-        `resource_version` (see `StatusSuperseded`)."""
+        """`fields` of Topology `key` will not be written (object gone, condition failed);
+        for a failed condition, `read` is what the API had instead."""
         ...
 
 
@@ -157,8 +155,10 @@ class KubeStatusApi:
                     raise StatusSuperseded(
                         f"topology {namespace}/{name}: status names container "
                         f"{holder or '(none)'}, not {if_container}",
-                        {field: str(status_now.get(field) or "") for field in PLACEMENT_FIELDS},
-                        str(current["metadata"].get("resourceVersion") or ""),
+                        StatusRead(
+                            {field: str(status_now.get(field) or "") for field in PLACEMENT_FIELDS},
+                            str(current["metadata"].get("resourceVersion") or ""),
+                        ),
                     )
                 # A precondition: 409 Conflict if the object changed since the read.
                 body["metadata"] = {"resourceVersion": current["metadata"]["resourceVersion"]}
@@ -343,7 +343,7 @@ class StatusWriter:
             log.info("status of topology %s: write %s dropped: %s", key, sorted(fields), why)
             self._queue.forget(key)
             if self._listener is not None:
-                self._listener.status_dropped(key, fields, why.found, why.resource_version)
+                self._listener.status_dropped(key, fields, why.read)
         except asyncio.CancelledError:
             self._restore(key, fields, condition)
             raise

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from meshwire.control.model.topology import Topology
 from meshwire.control.tables.local_placements import LocalPlacement, PodPlacement
 from meshwire.control.tables.table import ChangeTracker, Table
+
+if TYPE_CHECKING:  # the status writer is this table's listener; no import at run time
+    from meshwire.control.reconcile.status_writer import StatusRead
 
 PEER_INDEX = "peer"
 NODE_INDEX = "node"
@@ -116,30 +120,27 @@ class TopologyTable:
             self._store(delivered)
 
     def status_dropped(
-        self,
-        key: str,
-        fields: Mapping[str, str],
-        found: Mapping[str, str] | None = None,
-        resource_version: str = "",
+        self, key: str, fields: Mapping[str, str], read: StatusRead | None = None
     ) -> None:
-        """The status writer dropped `fields` for `key`: the API's object stands.
+        """The status writer dropped `fields` for `key`: the API's object stands, as
+        the informer delivered it, or as `read` by a condition that failed.
 
-        A condition that failed read the placement the API has (`found`, at
-        `resource_version`): the row shows that one until the informer delivers
-        the object at that version. The informer may lag behind (it reconnects
-        after an outage), and the object it last delivered can name the very
-        sandbox the dropped write meant to replace: shown again, it moved the
-        links back there, and the placement keeper cleared it over and over.
+        A read's placement is shown until the informer delivers the object at the
+        read's version.
+        The informer may lag behind (it reconnects after an outage), and the
+        object it last delivered can name the very sandbox the dropped write
+        meant to replace: shown again, it moved the links back there, and the
+        placement keeper cleared it over and over.
         """
         local = self._local.get(key)
         if local is None or PodPlacement.of_fields(fields) != local.placement:
             return
         delivered = self._delivered[key]
-        seen = PodPlacement.of_fields(found or {})
-        if seen is not None and resource_version:
-            read = LocalPlacement(seen, landed_at=resource_version)
-            if not read.caught_up(delivered):
-                self._local[key] = read
+        seen = PodPlacement.of_fields(read.fields) if read is not None else None
+        if read is not None and seen is not None and read.resource_version:
+            shown = LocalPlacement(seen, landed_at=read.resource_version)
+            if not shown.caught_up(delivered):
+                self._local[key] = shown
                 self._store(seen.over(delivered))
                 return
         self._forget(key)
