@@ -136,7 +136,10 @@ async def test_success_waits_until_the_status_write_is_in_the_api(request_: CniR
         await daemon.stop()
 
 
-async def test_an_add_recorded_in_the_sandbox_store_succeeds_while_the_write_is_late(
+DEL2 = dataclasses.replace(DEL, container_id="c2")
+
+
+async def test_an_add_or_del_recorded_in_the_sandbox_store_succeeds_while_the_write_is_late(
     tmp_path: Path,
 ) -> None:
     # The API is down: the pod runs, and the store carries its placement over a restart.
@@ -157,12 +160,19 @@ async def test_an_add_recorded_in_the_sandbox_store_succeeds_while_the_write_is_
             {"src_ip": NODE.node_ip, "net_ns": str(netns), "container_id": "c2"},
         )
 
+        # The runtime stops the pod while the API is still down: the DEL succeeds too,
+        # the store remembering it.
+        await asyncio.wait_for(handler(daemon, written, 0.2, store).delete(DEL2), 5.0)
+        assert store.load() == {}
+        assert store.load_deleted() == {("default/r1", "c2")}
+
         # A store that cannot record it: the runtime is asked to retry, as without one.
         (tmp_path / "file").touch()
         unwritable = handler(daemon, written, 0.2, SandboxStore(tmp_path / "file"))
-        with pytest.raises(CniError) as refused:
-            await unwritable.add(add)
-        assert refused.value.code == ErrorCode.TRY_AGAIN_LATER
+        for command in (unwritable.add(add), unwritable.delete(DEL2)):
+            with pytest.raises(CniError) as refused:
+                await command
+            assert refused.value.code == ErrorCode.TRY_AGAIN_LATER
     finally:
         deriving.cancel()
         await daemon.stop()

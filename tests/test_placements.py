@@ -235,3 +235,28 @@ def test_what_the_api_says_runs_here_is_recorded_when_the_store_lacks_it(tmp_pat
     netns = existing(tmp_path, "r1-b")
     restarted(store, r1(dataclasses.replace(HERE, net_ns=netns)))
     assert store.load() == {"default/r1": Placement("b", netns)}
+
+
+def test_a_sandbox_deleted_before_the_api_heard_is_cleared_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    # Both DELs were answered during an API outage; the API still names sandbox b,
+    # and the daemon restarted before the API came back.
+    store = SandboxStore(tmp_path / "state")
+    netns = existing(tmp_path, "r1-b")
+    before = PlacementKeeper(NODE.node_ip, TopologyTable(), Written(), store)
+    before.added("default/r1", "b", netns)
+    before.deleted("default/r1", "b")
+    assert before.deleted_late("default/r1", "a")
+    assert before.deleted_late("default/r1", "b")
+
+    keeper, written = restarted(store, r1(HERE))
+    assert keeper.held("default/r1") is None
+    assert written.calls == [("default/r1", CLEAR)]
+    # The record of a's DEL is of no more use: the API does not name a.
+    assert store.load_deleted() == {("default/r1", "b")}
+
+
+def test_a_del_is_not_recorded_without_a_store() -> None:
+    keeper = PlacementKeeper(NODE.node_ip, TopologyTable(), Written())
+    assert not keeper.deleted_late("default/r1", "b")

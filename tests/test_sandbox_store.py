@@ -93,3 +93,30 @@ def test_the_cni_network_of_the_add_is_kept_and_a_record_without_one_reads_as_un
         "default/r1": Placement("b", netns, "kindnet"),
         "default/r2": Placement("c", netns, ""),
     }
+
+
+def test_a_deleted_sandbox_is_remembered_until_forgotten(tmp_path: Path, netns: str) -> None:
+    store = SandboxStore(tmp_path / "state")
+    store.save("default/r1", Placement("c", netns))
+    assert store.mark_deleted("default/r1", "a")
+    assert store.mark_deleted("default/r1", "b")
+    assert store.mark_deleted("lab/r1", "a")
+    again = SandboxStore(tmp_path / "state")
+    assert again.load_deleted() == {("default/r1", "a"), ("default/r1", "b"), ("lab/r1", "a")}
+    assert again.load() == {"default/r1": Placement("c", netns)}  # the two kinds apart
+    again.forget_deleted("default/r1", "a")
+    again.forget_deleted("default/r1", "never-deleted")
+    assert again.load_deleted() == {("default/r1", "b"), ("lab/r1", "a")}
+
+
+def test_an_unreadable_record_of_a_del_is_dropped(tmp_path: Path) -> None:
+    store = SandboxStore(tmp_path / "state")
+    store.mark_deleted("default/r1", "a")
+    (tmp_path / "state" / "broken.deleted").write_text(json.dumps({"pod": "default/r2"}))
+    assert store.load_deleted() == {("default/r1", "a")}
+    assert not (tmp_path / "state" / "broken.deleted").exists()
+
+
+def test_a_del_that_cannot_be_recorded_says_so(tmp_path: Path) -> None:
+    (tmp_path / "file").touch()
+    assert not SandboxStore(tmp_path / "file").mark_deleted("default/r1", "a")

@@ -23,12 +23,12 @@ would be lost), and ask to be retried if it does not come within
 `cni.add_timeout`. They also wait, within `cni.add_timeout`, until their
 status write is in the API: once the runtime hears success, a daemon
 restarted a moment later cannot have lost the placement, nor a clear. When
-the write is late (the API is down), a DEL asks to be retried. An ADD whose
-sandbox is in the sandbox store succeeds all the same, its links being up:
+the write is late (the API is down), the command succeeds all the same if
+the sandbox store keeps what it did (the ADD's sandbox, the DEL's deletion):
 the write goes on in the background, and a daemon restarted before it lands
-writes the placement from the store (placements.py). A pod restarted during
-an API outage then runs, instead of being torn down and started again by
-the runtime until the API is back.
+acts on the store (placements.py). Without the store's record it asks to be
+retried. A pod can then restart during an API outage: a kubelet makes a new
+sandbox only once the DEL of the old one succeeded.
 """
 
 from __future__ import annotations
@@ -104,17 +104,7 @@ class DaemonCniHandler:
         # derive as before (a netns at the same path, a DEL that never came).
         self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))
         await self._wait_links(topology.key, deadline)
-        try:
-            await self._wait_written(topology.key, deadline)
-        except CniError as late:
-            if not recorded:
-                raise
-            log.warning(
-                "pod %s added, its placement not yet in the API (%s); the write goes on, "
-                "and the sandbox store keeps it over a restart",
-                topology.key,
-                late.msg,
-            )
+        await self._wait_written(topology.key, deadline, lambda: recorded)
 
     async def delete(self, request: CniRequest) -> None:
         deadline = asyncio.get_running_loop().time() + self.add_timeout
@@ -122,7 +112,8 @@ class DaemonCniHandler:
         if request.pod is not None:
             self.placements.deleted(request.pod.key, request.container_id)
         if topology is not None and self._clear(topology, request.container_id):
-            await self._wait_written(topology.key, deadline)
+            deleted = request.container_id or topology.status.container_id
+            await self._wait_written(topology.key, deadline, self._recorder(topology.key, deleted))
 
     async def check(self, request: CniRequest) -> None:
         topology = await self._topology(request)
@@ -155,9 +146,9 @@ class DaemonCniHandler:
             self.placements.deleted(key, held.container_id)
             topology = self.topologies.get(key)
             if topology is not None and self._clear(topology, held.container_id):
-                cleared.append(key)
-        for key in cleared:
-            await self._wait_written(key, deadline)
+                cleared.append((key, held.container_id))
+        for key, container_id in cleared:
+            await self._wait_written(key, deadline, self._recorder(key, container_id))
 
     # -- helpers --------------------------------------------------------------
 
@@ -175,6 +166,10 @@ class DaemonCniHandler:
                 ErrorCode.TRY_AGAIN_LATER, "meshwire daemon has not synced topologies yet"
             ) from None
         self.placements.start()  # before this request changes what this node holds
+
+    def _recorder(self, pod_key: str, container_id: str) -> Callable[[], bool]:
+        """For `_wait_written`: record the deletion of sandbox `container_id` of the pod."""
+        return lambda: self.placements.deleted_late(pod_key, container_id)
 
     def _clear(self, topology: Topology, container_id: str) -> bool:
         """Clear the placement that sandbox `container_id` ("": whichever) of `topology`'s
@@ -215,15 +210,24 @@ class DaemonCniHandler:
                 converging = True
         return converging, errors
 
-    async def _wait_written(self, pod_key: str, deadline: float) -> None:
+    async def _wait_written(
+        self, pod_key: str, deadline: float, recorded: Callable[[], bool]
+    ) -> None:
+        """Until the pod's status write is in the API. Past the deadline the command still
+        succeeds if `recorded()` says the sandbox store keeps what it did, and otherwise
+        asks to be retried."""
         remaining = deadline - asyncio.get_running_loop().time()
         try:
             await asyncio.wait_for(self._status.written(pod_key), max(remaining, WRITE_GRACE))
         except TimeoutError:
-            raise CniError(
-                ErrorCode.TRY_AGAIN_LATER,
-                f"pod {pod_key}: status not written to the API within {self.add_timeout:g}s",
-            ) from None
+            late = f"pod {pod_key}: status not written to the API within {self.add_timeout:g}s"
+            if not recorded():
+                raise CniError(ErrorCode.TRY_AGAIN_LATER, late) from None
+            log.warning(
+                "%s; answered all the same: the write goes on, and the sandbox store keeps "
+                "it over a restart",
+                late,
+            )
 
     async def _wait_links(self, pod_key: str, deadline: float) -> None:
         loop = asyncio.get_running_loop()

@@ -34,7 +34,9 @@ and then the keeper acts.
 After a restart the keeper holds what the API says runs here (`src_ip` is
 this node) and, over that, what its sandbox store recorded (sandbox_store.py):
 the store also knows a pod whose placement the API lost while the daemon was
-down, and it names the sandbox this node added last.
+down, and it names the sandbox this node added last. A sandbox whose DEL was
+answered before the API had its clear is not held, even if the API still
+names it: the keeper then clears it.
 """
 
 from __future__ import annotations
@@ -100,6 +102,12 @@ class PlacementKeeper:
             if self._store is not None:
                 self._store.remove(key)
 
+    def deleted_late(self, key: str, container_id: str) -> bool:
+        """The DEL of sandbox `container_id` of pod `key` is answered before its clear is in
+        the API: record that, for a restarted daemon to clear what the API still says.
+        Whether it is on disk."""
+        return self._store is not None and self._store.mark_deleted(key, container_id)
+
     def held_through(self, network: str) -> dict[str, Placement]:
         """The sandboxes held that were added through CNI network `network`, by pod key."""
         return {key: held for key, held in self._held.items() if held.network == network}
@@ -111,12 +119,18 @@ class PlacementKeeper:
         if self._seeded:
             return
         self._seeded = True
+        deleted = self._store.load_deleted() if self._store is not None else set()
+        named = set()
         for key in self.topologies.on_node(self.node_ip):
             topology = self.topologies.get(key)
             if topology is not None and topology.status.container_id:
                 status = topology.status
-                self._held[key] = Placement(status.container_id, status.net_ns)
+                named.add((key, status.container_id))
+                if (key, status.container_id) not in deleted:
+                    self._held[key] = Placement(status.container_id, status.net_ns)
         if self._store is not None:
+            for key, container_id in deleted - named:  # the API has the clear
+                self._store.forget_deleted(key, container_id)
             recorded = self._store.load()
             for key, placement in self._held.items():
                 if key not in recorded:  # held since before the store existed

@@ -10,8 +10,13 @@ stale clear, the Topology deleted and created again) is lost for good.
 The directory belongs on tmpfs (`/run`): a reboot forgets the sandboxes
 together with the files. Loading drops a sandbox whose netns path is gone
 (the runtime tore it down while the daemon was away) and an unreadable
-file, each with a warning. A file that cannot be written is logged; the CNI
-ADD is then answered only once the API has the placement (cni_handler.py).
+file, each with a warning.
+
+A CNI command answered before its status write is in the API (the API is
+down) relies on the store: an ADD on the pod's file, a DEL on a second kind
+of file, one per deleted sandbox (`mark_deleted`), which lets a restarted
+daemon clear the placement the API still has of it. A file that cannot be
+written is logged, and the command then waits for the API (cni_handler.py).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SUFFIX = ".json"
+DELETED_SUFFIX = ".deleted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,40 @@ class SandboxStore:
         except OSError as exc:
             log.error("pod %s: cannot remove its sandbox from %s: %s", key, self.directory, exc)
 
+    def mark_deleted(self, key: str, container_id: str) -> bool:
+        """Record that this node deleted sandbox `container_id` of pod `key` before the API
+        heard of it; whether the record is on disk."""
+        path = self._deleted_path(key, container_id)
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"pod": key, "container_id": container_id}))
+            tmp.replace(path)
+        except OSError as exc:
+            log.error("pod %s: cannot record the DEL of %s in %s: %s", key, container_id, path, exc)
+            return False
+        return True
+
+    def load_deleted(self) -> set[tuple[str, str]]:
+        """Every (pod key, container id) recorded by `mark_deleted` and not forgotten."""
+        try:
+            paths = sorted(self.directory.glob(f"*{DELETED_SUFFIX}"))
+        except OSError as exc:
+            log.error("cannot read the DELs recorded in %s: %s", self.directory, exc)
+            return set()
+        deleted = set()
+        for path in paths:
+            entry = _read_deleted(path)
+            if entry is None:
+                log.warning("dropping %s: not a record of a DEL", path)
+                _forget(path)
+            else:
+                deleted.add(entry)
+        return deleted
+
+    def forget_deleted(self, key: str, container_id: str) -> None:
+        _forget(self._deleted_path(key, container_id))
+
     def load(self) -> dict[str, Placement]:
         """Every recorded sandbox whose netns still exists, by pod key."""
         try:
@@ -100,6 +140,10 @@ class SandboxStore:
         # A pod key is "namespace/name"; quoting makes it one unambiguous file name.
         return self.directory / (urllib.parse.quote(key, safe="") + SUFFIX)
 
+    def _deleted_path(self, key: str, container_id: str) -> Path:
+        name = urllib.parse.quote(key, safe="") + "." + urllib.parse.quote(container_id, safe="")
+        return self.directory / (name + DELETED_SUFFIX)
+
 
 def _read(path: Path) -> tuple[str, Placement] | None:
     try:
@@ -115,6 +159,19 @@ def _read(path: Path) -> tuple[str, Placement] | None:
     if not (pod and container_id and netns):
         return None
     return str(pod), Placement(str(container_id), str(netns), str(network))
+
+
+def _read_deleted(path: Path) -> tuple[str, str] | None:
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    pod, container_id = body.get("pod"), body.get("container_id")
+    if not (isinstance(pod, str) and isinstance(container_id, str) and pod and container_id):
+        return None
+    return pod, container_id
 
 
 def _forget(path: Path) -> None:
