@@ -79,7 +79,8 @@ class CniConfig(_Section):
         gt=0,
         description="How long (s) a CNI ADD waits for the pod's local interfaces, and an "
         "ADD or DEL for the daemon's first sync, before it fails with 'try again later'; "
-        "KNE's meshnet waits similarly.",
+        "KNE's meshnet waits similarly. Also how long they wait for their status write: "
+        "past it (the API is down) they succeed if cni.state_dir has recorded them.",
     )
     state_dir: str = Field(
         default="/run/meshwire/sandboxes",
