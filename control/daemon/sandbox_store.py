@@ -51,8 +51,6 @@ class SandboxStore:
     def save(self, key: str, placement: Placement) -> bool:
         """Record that pod `key` runs here in `placement` (replacing any previous one);
         whether the record is on disk."""
-        path = self._path(key)
-        tmp = path.with_name(path.name + ".tmp")
         body = {
             "pod": key,
             "container_id": placement.container_id,
@@ -60,9 +58,7 @@ class SandboxStore:
             "network": placement.network,
         }
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(body))
-            tmp.replace(path)
+            self._write(self._path(key), body)
         except OSError as exc:
             log.error("pod %s: cannot record its sandbox in %s: %s", key, self.directory, exc)
             return False
@@ -79,11 +75,8 @@ class SandboxStore:
         """Record that this node deleted sandbox `container_id` of pod `key` before the API
         heard of it; whether the record is on disk."""
         path = self._deleted_path(key, container_id)
-        tmp = path.with_name(path.name + ".tmp")
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"pod": key, "container_id": container_id}))
-            tmp.replace(path)
+            self._write(path, {"pod": key, "container_id": container_id})
         except OSError as exc:
             log.error("pod %s: cannot record the DEL of %s in %s: %s", key, container_id, path, exc)
             return False
@@ -136,6 +129,13 @@ class SandboxStore:
             loaded[key] = placement
         return loaded
 
+    def _write(self, path: Path, body: dict[str, str]) -> None:
+        """Write `body` as JSON to `path`, whole or not at all; raises OSError."""
+        tmp = path.with_name(path.name + ".tmp")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(body))
+        tmp.replace(path)
+
     def _path(self, key: str) -> Path:
         # A pod key is "namespace/name"; quoting makes it one unambiguous file name.
         return self.directory / (urllib.parse.quote(key, safe="") + SUFFIX)
@@ -145,12 +145,18 @@ class SandboxStore:
         return self.directory / (name + DELETED_SUFFIX)
 
 
-def _read(path: Path) -> tuple[str, Placement] | None:
+def _read_json(path: Path) -> dict[str, object] | None:
+    """The JSON object in `path`; None if it cannot be read or is not an object."""
     try:
         body = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(body, dict):
+    return body if isinstance(body, dict) else None
+
+
+def _read(path: Path) -> tuple[str, Placement] | None:
+    body = _read_json(path)
+    if body is None:
         return None
     pod, container_id, netns = (body.get(k) for k in ("pod", "container_id", "netns"))
     network = body.get("network", "")
@@ -162,11 +168,8 @@ def _read(path: Path) -> tuple[str, Placement] | None:
 
 
 def _read_deleted(path: Path) -> tuple[str, str] | None:
-    try:
-        body = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(body, dict):
+    body = _read_json(path)
+    if body is None:
         return None
     pod, container_id = body.get("pod"), body.get("container_id")
     if not (isinstance(pod, str) and isinstance(container_id, str) and pod and container_id):
