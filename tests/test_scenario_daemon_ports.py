@@ -280,7 +280,9 @@ async def test_while_the_wire_waits_for_its_ports_pods_are_added_and_veths_built
         # Two pods on this node: a veth, which needs no wire.
         r1, r2 = await add_pair(node, url)
         await node.wait(lambda: both_up(r1, r2), "the veth up in both pods")
-        assert node.daemon.not_ready().startswith(f"waiting for peer.listen 127.0.0.1:{PEER}")
+        # The workers may still be starting, before the daemon turns to peer.listen.
+        waiting = f"waiting for peer.listen 127.0.0.1:{PEER}"
+        await node.wait(lambda: node.daemon.not_ready().startswith(waiting), waiting)
         assert node.daemon.wire is not None and not node.daemon.wire.started
         release()
         await node.wait(lambda: node.daemon.not_ready() == "", "the daemon ready")
@@ -306,6 +308,7 @@ async def test_while_the_metrics_port_is_taken_a_grpc_link_is_built_and_waits_fo
         link = node.daemon.reconciler.statuses["default/1/r1"]
         assert link.state is not State.ERROR, link.message
         assert node.daemon.wire is not None and not node.daemon.wire.started
-        assert node.daemon.not_ready().startswith("waiting for metrics.listen")
+        waiting = "waiting for metrics.listen"
+        await node.wait(lambda: node.daemon.not_ready().startswith(waiting), waiting)
         release()
         await node.wait(lambda: node.daemon.wire.started, "the wire started")
