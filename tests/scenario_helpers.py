@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import re
 import secrets
 import signal
@@ -158,13 +157,6 @@ class OneNodeLab:
         state = self.state()
         pods.detach(self.dir, state, state.pod(pod), MeshwireRuntime().cni_argv())
 
-    def cni_del_older(self, pod: str, container_id: str) -> None:
-        """The runtime retries the DEL of an older sandbox of the pod (`container_id`),
-        whose first DEL failed; the pod's current sandbox stays."""
-        state = self.state()
-        older = dataclasses.replace(state.pod(pod), container_id=container_id)
-        pods.detach(self.dir, state, older, MeshwireRuntime().cni_argv())
-
     def cni_add(self, pod: str) -> None:
         """The runtime starts the pod again in its netns: CNI ADD with a new container id."""
         state = self.state()
@@ -195,9 +187,7 @@ class OneNodeLab:
     def restart_daemon(self) -> None:
         """SIGKILL the node's daemon and start it again, without waiting until it is
         ready (it cannot sync while the API is down): see `wait_ready`."""
-        record = self.state().process(f"daemon/{NODE}")
-        assert record is not None, f"{NODE} runs no daemon"
-        processes.kill_leader(record)
+        self._kill_daemon()
         up.start_daemon(self.dir, self.state(), MeshwireRuntime(), NODE)
 
     def wait_ready(self) -> None:
@@ -207,15 +197,18 @@ class OneNodeLab:
     @contextlib.contextmanager
     def daemon_down(self) -> Iterator[None]:
         """The node's daemon SIGKILLed for the block, then started again and ready."""
-        record = self.state().process(f"daemon/{NODE}")
-        assert record is not None, f"{NODE} runs no daemon"
-        processes.kill_leader(record)
+        self._kill_daemon()
         try:
             yield
         finally:
             state = self.state()  # as the block left it: start_daemon saves it
             up.start_daemon(self.dir, state, MeshwireRuntime(), NODE)
             up.wait_ready(state, NODE)
+
+    def _kill_daemon(self) -> None:
+        record = self.state().process(f"daemon/{NODE}")
+        assert record is not None, f"{NODE} runs no daemon"
+        processes.kill_leader(record)
 
     @contextlib.contextmanager
     def api_down(self) -> Iterator[None]:

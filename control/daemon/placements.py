@@ -178,9 +178,10 @@ class PlacementKeeper:
         return True
 
     def start(self) -> list[str]:
-        """Seed, then write back what the synced table lost; called by the daemon before
-        it derives links for the first time, so a restored pod's links are among the
-        initial ones and the first prune spares them."""
+        """Seed, then correct what the synced table says (`step`); called by the daemon
+        before it derives links for the first time, so a restored pod's links are among
+        the initial ones and the first prune spares them, and by the CNI handler before
+        each request, so a request reads the corrected placement."""
         self.seed()
         return self.step()
 
