@@ -49,7 +49,8 @@ from meshwire.control.lab.state import LabDir, LabState
 from meshwire.control.lab.up import UpOptions, start_daemon, up
 from meshwire.control.model.topology import API_VERSION, GROUP, PLURAL, VERSION
 
-FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+# meshnet's test topologies, shipped with the suite (tests/data/meshnet).
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "data" / "meshnet"
 NODE = "node1"
 # Restarts: links up is polled every 5 ms (2 namespaces, a few interfaces).
 POLL = 0.005

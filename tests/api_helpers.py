@@ -23,8 +23,9 @@ from kubernetes.aio import client as aio_client
 
 from meshwire.control.api.server import ApiServer
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from tests.paths import MESHNET
 
-FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+FIXTURES = MESHNET
 # Generous: a bounded wait for a condition, never a timing assertion.
 WAIT = 15.0
 TOPOLOGIES = (GROUP, VERSION)

@@ -6,10 +6,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from meshwire.control.model.topology import Link, Topology
+from tests.paths import MESHNET
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
-MESHNET_FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+MESHNET_FIXTURES = MESHNET
 
 
 def link(

@@ -48,8 +48,9 @@ from meshwire.control.lab.probe import http_get
 from meshwire.control.lab.runtime import MeshwireRuntime, meshwire_argv
 from meshwire.control.lab.state import LabDir, LabState
 from meshwire.control.lab.status import gather
+from tests.paths import MESHNET
 
-FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+FIXTURES = MESHNET
 NODE = "node1"
 # Generous bounds for waiting on a condition; never a timing assertion.
 WAIT = 15.0

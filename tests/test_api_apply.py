@@ -24,6 +24,7 @@ from tests.api_helpers import (
     sync_api,
     topology,
 )
+from tests.paths import meshnet_fixtures
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ async def run_delete(*argv: str) -> int:
     return code
 
 
-@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.yml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("fixture", meshnet_fixtures(), ids=lambda p: p.name)
 async def test_meshnet_topologies_read_back_identical(
     server: ApiServer, fixture: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

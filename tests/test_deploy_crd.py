@@ -28,8 +28,9 @@ from meshwire.control.model.topology import (
 )
 from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 from meshwire.control.reconcile.status_writer import STATUS_FIELDS
+from tests.paths import MESHNET, meshnet_fixtures
 
-FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+FIXTURES = MESHNET
 JSON_TYPES = {int: "integer", str: "string"}
 
 
@@ -157,7 +158,7 @@ def test_the_schema_checker_catches_a_field_the_server_would_prune() -> None:
     assert len(schema_errors(schema(), body)) == 4
 
 
-@pytest.mark.parametrize("fixture", sorted(FIXTURES.glob("*.yml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("fixture", meshnet_fixtures(), ids=lambda p: p.name)
 def test_meshnets_own_test_topologies_fit_the_schema(fixture: Path) -> None:
     topologies = []
     # libyaml's loader: the 1500-link fixtures take seconds with the pure-Python one.

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 from lab_helpers import Lab, host_link_names, host_netns_names, pid_alive, unique_lab
 
+from tests.paths import MESHNET
+
 pytestmark = pytest.mark.root
 
-FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+FIXTURES = MESHNET
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SMALL = ["2node.yml", "3node.yml", "3node-mlink.yml", "5node.yml", "2node-sts.yml", "macvlan.yml"]
 # One node count each in the default run: both counts of both files take ~8 minutes.

@@ -25,10 +25,11 @@ from lab_helpers import Lab, in_ns, unique_lab
 
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
+from tests.paths import MESHNET
 
 pytestmark = pytest.mark.root
 
-FIXTURES = Path("/work/shared/fixtures/meshnet-tests")
+FIXTURES = MESHNET
 METRICS_PORT = 51100
 SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
 
