@@ -107,7 +107,7 @@ def test_a_vni_held_by_a_device_meshwire_did_not_create_is_a_spec_error_naming_i
     )
     node1 = Drivers(kernel_drivers(host_netns=n1))
     with pytest.raises(
-        SpecError, match="VNI 6001 .* held by vxlan device 'other0'.* did not create"
+        SpecError, match=r"VNI 6001 .* held by vxlan device 'other0'.* did not create"
     ):
         node1.update(vxlan_row(p1, "10.1.0.1/30", "192.0.2.2", vni=6001))
     assert "eth1" not in links(p1)

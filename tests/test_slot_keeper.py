@@ -51,7 +51,7 @@ class Daemon:
             vni_base=5000,
             on_change=self.changed.update,
             backoff=FAST,
-            **options,  # type: ignore[arg-type]
+            release_grace=release_grace,
         )
         self._task: asyncio.Task[None] | None = None
 
@@ -81,7 +81,7 @@ async def until(condition: Callable[[], bool], within: float = 30.0) -> None:
 
 
 def stored(api: ApiServer) -> dict[str, Slot]:
-    obj = api._id_store.get("", slots.NAME) if api._id_store else None  # noqa: SLF001
+    obj = api._id_store.get("", slots.NAME) if api._id_store else None
     return dict(slots.read(obj).slots)
 
 
