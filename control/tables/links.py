@@ -55,6 +55,9 @@ class LinkRow:
     vni: int = 0
     # grpc: this end's wire id, stable for (namespace, uid, local pod).
     wire_id: int = 0
+    # vxlan and grpc: why the link has no id (its namespace got no slot); the
+    # driver reports it as the link's error and builds nothing. "" normally.
+    id_problem: str = ""
 
     @property
     def key(self) -> str:
