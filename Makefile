@@ -17,7 +17,7 @@ down: setup
 	$(MW) lab down
 
 test: setup
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q --durations=25
 
 lint: setup
 	bash scripts/lint.sh
