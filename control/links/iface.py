@@ -16,10 +16,11 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETADDR
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 
+from meshwire.control.model.names import interface_name_problem
 from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 
 from .errors import SpecError
-from .names import ADDRESS_PROTO, Mark, ifname_problem, parse_mark
+from .names import ADDRESS_PROTO, Mark, parse_mark
 from .netns import Netns
 
 IFF_UP = 0x1
@@ -121,7 +122,7 @@ def check(link: str, netns: str, intf: str, cidr: str, mtu: int) -> None:
     """Raise `SpecError` for an end that no kernel would accept as written."""
     if not netns:
         raise SpecError(link, netns, intf, "the row gives no netns for this end")
-    problem = ifname_problem(intf)
+    problem = interface_name_problem(intf)
     if problem:
         raise SpecError(link, netns, intf, problem)
     try:
