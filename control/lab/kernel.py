@@ -70,11 +70,6 @@ def netns_ends(ns: str) -> dict[str, EndState]:
         return {}
 
 
-def end_state(ns: str, intf: str) -> EndState:
-    """The interface `intf` in namespace `ns` (name or path)."""
-    return netns_ends(ns).get(intf, MISSING)
-
-
 class Ends:
     """The state of many (netns, interface) ends, read with one dump per namespace."""
 
