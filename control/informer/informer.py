@@ -41,6 +41,7 @@ from aiohttp import ClientResponse
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
 
+from meshwire.control.config import ApiConfig, default
 from meshwire.control.informer.apply import Outcome, Snapshot, apply_event, apply_snapshot
 from meshwire.control.informer.backoff import Backoff, BackoffPolicy, Clock
 from meshwire.control.informer.failure import describe
@@ -73,12 +74,12 @@ class InformerOptions:
     page_size: int = 500
     # Client timeout (s) of a list page, and the grace past `watch_timeout`
     # after which the client abandons a watch the server did not end.
-    request_timeout: float = 30.0
+    request_timeout: float = default(ApiConfig, "request_timeout")
     # Server-side timeoutSeconds of a watch. It also bounds, with
     # `request_timeout`, how long a half-open connection goes unnoticed, so the
     # client timeout of a watch (their sum) always exceeds the server's
     # timeout and its bookmark interval.
-    watch_timeout: int = 300
+    watch_timeout: int = default(ApiConfig, "watch_timeout")
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from meshwire.control.config import Config, VxlanConfig, default
 from meshwire.control.model.topology import Topology
 from meshwire.control.model.validate import check_pair, link_mtu, validate_topology
 from meshwire.control.reconcile.ids import IdError, Slot, vni, wire_id
@@ -37,9 +38,9 @@ class NodeView:
     """What derivation needs to know about this node and its daemon's config."""
 
     node_ip: str
-    inter_node_link_type: Literal["vxlan", "grpc"] = "vxlan"
-    mtu: int = 1500
-    vni_base: int = 5000
+    inter_node_link_type: Literal["vxlan", "grpc"] = default(Config, "inter_node_link_type")
+    mtu: int = default(Config, "mtu")
+    vni_base: int = default(VxlanConfig, "vni_base")
 
 
 class SlotSource(Protocol):

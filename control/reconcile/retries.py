@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-# Retry a failed key after 100 ms, doubling to at most 60 s: a transient failure
+from meshwire.control.config import ReconcileConfig, default
+
+# `reconcile.backoff_min` doubling to `backoff_max`: a transient failure
 # (a peer pod not yet up, an API hiccup) is retried before anyone notices, and a
 # key that keeps failing costs one attempt a minute, which the 60 s full
 # reconcile would do anyway.
-DEFAULT_BACKOFF_BASE = 0.1
-DEFAULT_BACKOFF_CAP = 60.0
+DEFAULT_BACKOFF_BASE: float = default(ReconcileConfig, "backoff_min")
+DEFAULT_BACKOFF_CAP: float = default(ReconcileConfig, "backoff_max")
 
 
 class RateLimiter(Protocol):
