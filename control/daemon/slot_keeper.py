@@ -41,10 +41,11 @@ from typing import Any
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
 
-from meshwire.control.informer.backoff import Backoff, BackoffPolicy, Clock
 from meshwire.control.informer.failure import describe
+from meshwire.control.informer.informer import RECONNECT
 from meshwire.control.reconcile import slots
 from meshwire.control.reconcile.ids import Slot
+from meshwire.control.reconcile.retries import Backoff, BackoffPolicy, Clock
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class SlotKeeper:
         # Whether this daemon's Topology view is current (its informer is not failing).
         self.view_healthy = view_healthy
         self._clock = clock
-        self._policy = backoff or BackoffPolicy()
+        self._policy = backoff or RECONNECT
         self.synced = asyncio.Event()
         # Why the last read or write failed; "" once one succeeds.
         self.last_error = ""
