@@ -94,7 +94,12 @@ def open_netns(path: str) -> Iterator[Netns]:
 
 def _netlink_socket_in(ns: Netns) -> int:
     """The fd of a NETLINK_ROUTE socket created inside `ns`."""
-    result: dict[str, int | OSError] = {}
+    return socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE).detach()
+
+
+def socket_in(ns: Netns, family: int, kind: int, proto: int = 0) -> socket.socket:
+    """A socket created inside `ns`; it stays bound to `ns` whichever thread uses it."""
+    result: dict[str, socket.socket | OSError] = {}
 
     def enter_and_open() -> None:
         if _libc.setns(ns.fd, CLONE_NEWNET) != 0:
@@ -102,11 +107,9 @@ def _netlink_socket_in(ns: Netns) -> int:
             result["error"] = OSError(code, f"setns into {ns.path}: {os.strerror(code)}")
             return
         try:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+            result["socket"] = socket.socket(family, kind, proto)
         except OSError as exc:
             result["error"] = exc
-            return
-        result["fd"] = sock.detach()
 
     # The thread ends right after: its changed netns never runs anything else.
     thread = threading.Thread(target=enter_and_open, name=f"meshwire-netns {ns.path}")
@@ -115,9 +118,9 @@ def _netlink_socket_in(ns: Netns) -> int:
     error = result.get("error")
     if isinstance(error, OSError):
         raise error
-    fd = result["fd"]
-    assert isinstance(fd, int)
-    return fd
+    sock = result["socket"]
+    assert isinstance(sock, socket.socket)
+    return sock
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from contextlib import ExitStack
 
 from ..tables.links import LinkRow
 from . import iface
+from .announce import announce
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -38,7 +39,7 @@ class VxlanDriver:
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         end = row.local
-        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu, end.mac)
         remote = _remote(row, mark)
         want = {
             "IFLA_VXLAN_ID": row.vni,
@@ -66,9 +67,13 @@ class VxlanDriver:
                     add["mtu"] = row.mtu
                 with open_netns(self._host) as hns, netlink(hns) as host:
                     (found,) = create_and_place(
-                        mark, lambda: host.link("add", **add), [Placement(temp, ns, ipr, end.intf)]
+                        mark,
+                        lambda: host.link("add", **add),
+                        [Placement(temp, ns, ipr, end.intf, end.mac)],
                     )
             iface.converge(ipr, found, mark, row.mtu, end.ip)
+            if found.fresh:
+                announce(ns, end)
 
     def delete(self, row: LinkRow) -> None:
         """Remove the device if it is this link's vxlan; a gone netns or device is success."""
