@@ -63,14 +63,19 @@ def frames(mac: str, cidr: str) -> list[bytes]:
 
 
 def announce(ns: Netns, end: End) -> None:
-    """Send `end`'s announcement from its interface in `ns` (best effort, see module doc)."""
-    sent = frames(end.mac, end.ip)
-    if not sent:
+    """Send `end`'s announcement from its interface in `ns` (best effort, see module doc).
+
+    The MAC announced is the one the interface has, read from the kernel, not
+    the row's: the announcement never claims an address the interface lacks.
+    """
+    if not end.ip:
         return
     try:
         with socket_in(ns, socket.AF_PACKET, socket.SOCK_RAW) as sock:
-            for frame in sent:
-                sock.sendto(frame, (end.intf, 0))
+            sock.bind((end.intf, 0))
+            mac = ":".join(f"{byte:02x}" for byte in sock.getsockname()[4])
+            for frame in frames(mac, end.ip):
+                sock.send(frame)
     except OSError as exc:
         log.warning("announce %s in %s: %s", end.intf, ns.path, exc)
 
