@@ -18,6 +18,7 @@ from links_helpers import Namespaces, ip, links, namespaces, needs_root, veth_ro
 
 from meshwire.control.links.announce import _checksum, announce, frames
 from meshwire.control.links.driver import Drivers, kernel_drivers
+from meshwire.control.links.errors import SpecError
 from meshwire.control.links.netns import open_netns
 from meshwire.control.tables.links import End
 
@@ -108,3 +109,12 @@ def test_a_veth_pair_is_made_with_its_rows_macs_and_made_again_with_the_same(
         "02:00:00:00:00:0a",
         "06:00:00:00:00:0b",
     )
+
+
+def test_an_end_whose_mac_no_interface_may_have_is_a_spec_error_before_any_change() -> None:
+    # A veth row builds the peer pod's end too, whose local_mac only the peer's
+    # own object validated.
+    row = veth_row("/run/netns/none-a", "/run/netns/none-b")
+    row = dataclasses.replace(row, peer=dataclasses.replace(row.peer, mac="01:00:5e:00:00:01"))
+    with pytest.raises(SpecError, match="mac: '01:00:5e:00:00:01' is a multicast address"):
+        Drivers(kernel_drivers()).update(row)
