@@ -1,10 +1,11 @@
 """What `/links` answers: every link end this node must realise, with its state.
 
 One entry per row of the links table, sorted by key: the kind, where the end
-is (pod, interface, netns), what it joins (the peer pod and, across nodes, its
-node), and the reconcile state with the last error and how many attempts
-failed since the last success. A node's operator reads it to learn why one
-link is down without reading the logs; `?state=error` keeps the failing ones.
+is (pod, interface, netns, MAC), what it joins (the peer pod, its interface
+and MAC and, across nodes, its node), and the reconcile state with the last
+error and how many attempts failed since the last success. A node's operator
+reads it to learn why one link is down without reading the logs;
+`?state=error` keeps the failing ones.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ def link_report(
                     "pod": f"{row.namespace}/{row.local.pod}",
                     "intf": row.local.intf,
                     "netns": row.local.netns,
+                    "mac": row.local.mac,
                 },
                 "peer": {
                     "pod": f"{row.namespace}/{row.peer.pod}",
                     "intf": row.peer.intf,
+                    "mac": row.peer.mac,
                     "node_ip": row.peer_node_ip,
                 },
                 "state": status.state.value,

@@ -91,12 +91,12 @@ def open_netns(path: str) -> Iterator[Netns]:
 
 def _netlink_socket_in(ns: Netns) -> int:
     """The fd of a NETLINK_ROUTE socket created inside `ns`."""
+    return socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE).detach()
 
-    def open_socket() -> int:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
-        return sock.detach()
 
-    return call_in_netns(ns.fd, open_socket, ns.path)
+def socket_in(ns: Netns, family: int, kind: int, proto: int = 0) -> socket.socket:
+    """A socket created inside `ns`; it stays bound to `ns` whichever thread uses it."""
+    return call_in_netns(ns.fd, lambda: socket.socket(family, kind, proto), ns.path)
 
 
 @contextmanager

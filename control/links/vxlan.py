@@ -26,6 +26,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..tables.links import LinkRow
 from . import iface
+from .announce import announce
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -45,7 +46,7 @@ class VxlanDriver:
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         end = row.local
-        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu, end.mac)
         remote = _remote(row, mark)
         want = {
             "IFLA_VXLAN_ID": row.vni,
@@ -75,9 +76,11 @@ class VxlanDriver:
                     (found,) = create_and_place(
                         mark,
                         lambda: self._add(host, add, row),
-                        [Placement(temp, ns, ipr, end.intf)],
+                        [Placement(temp, ns, ipr, end.intf, end.mac)],
                     )
             iface.converge(ipr, found, mark, row.mtu, end.ip)
+            if found.fresh:
+                announce(ns, end)
 
     def delete(self, row: LinkRow) -> None:
         """Remove the device if it is this link's vxlan; a gone netns or device is success."""

@@ -16,6 +16,8 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
   `id_problem` set, which the driver reports instead of building anything.
 
 Each row's MTU is the link's own `mtu` (given on either end) or the daemon's.
+Each pod end's MAC is its link's `local_mac` or derived (`model/macs.py`): the
+same on every node, so the same after a restart or a move.
 Links that fail validation, or whose two ends disagree, get no row and a
 problem naming the object, link and field; the pod's other links still work.
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from meshwire.control.config import Config, VxlanConfig, default
+from meshwire.control.model.macs import end_mac
 from meshwire.control.model.topology import Topology
 from meshwire.control.model.validate import check_pair, link_mtu, validate_topology
 from meshwire.control.reconcile.ids import IdError, Slot, vni, wire_id
@@ -97,7 +100,8 @@ def _row(
 ) -> LinkRow | None:
     link = topology.link(uid)
     assert link is not None  # validate_topology only returns links of this topology
-    local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip)
+    mac = end_mac(topology.namespace, topology.name, link)
+    local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip, mac)
 
     peer_topology = None if link.to_host else table.get(f"{topology.namespace}/{link.peer_pod}")
     mtu = link_mtu(link, peer_topology, node.mtu)
@@ -134,11 +138,15 @@ def _row(
     if peer_topology is None or not _running(peer_topology):
         return None
     peer_status = peer_topology.status
+    peer_link = peer_topology.link(uid)
+    assert peer_link is not None  # check_pair found it
+    peer_mac = end_mac(topology.namespace, peer_topology.name, peer_link)
     if peer_status.src_ip == node.node_ip:
-        peer = End(peer_topology.name, peer_status.net_ns, link.peer_intf, link.peer_ip)
+        net_ns = peer_status.net_ns
+        peer = End(peer_topology.name, net_ns, link.peer_intf, link.peer_ip, peer_mac)
         first, second = sorted((local, peer), key=lambda end: (end.pod, end.intf))
         return row(LinkKind.VETH, first, second)
-    remote = End(peer_topology.name, "", link.peer_intf, link.peer_ip)
+    remote = End(peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac)
     kind = LinkKind.VXLAN if node.inter_node_link_type == "vxlan" else LinkKind.GRPC
     slot = slots.slot_of(topology.namespace)
     if slot is None:

@@ -45,6 +45,9 @@ class Wire:
     # A ready wire asked again, to learn whether the far end still has it (the
     # full pass); an answer that it does not makes the wire not ready.
     verify: bool = False
+    # The TAP behind `fd` is new to the manager (made or attached anew): its
+    # address is announced once the carrier is on, the first moment a frame can leave.
+    announce: bool = False
 
     @property
     def ready(self) -> bool:
