@@ -13,6 +13,7 @@ import random
 
 import pytest
 from derive_helpers import NODE_A, NODE_B, pair, pod
+from slot_helpers import HashedSlots
 
 from meshwire.control.model.macs import derived_mac, end_mac, mac_problem
 from meshwire.control.model.topology import Link, Topology
@@ -131,7 +132,7 @@ def test_the_two_derived_ends_of_any_link_never_share_a_mac() -> None:
 
 
 def ends(table: TopologyTable, pod_key: str, node: str) -> dict[str, str]:
-    rows = derive_pods(table, {pod_key}, NodeView(node_ip=node)).rows
+    rows = derive_pods(table, {pod_key}, NodeView(node_ip=node), HashedSlots()).rows
     return {f"{e.pod}:{e.intf}": e.mac for row in rows.values() for e in (row.local, row.peer)}
 
 
@@ -147,7 +148,8 @@ def test_rows_carry_each_ends_mac_the_same_across_restarts_moves_and_nodes() -> 
     table.upsert(pod("r2", r2, node=NODE_B, netns="/var/run/netns/r2-restarted"))
     assert ends(table, "default/r1", NODE_A) == across
     table.upsert(pod("r2", r2, node=NODE_A))  # moved: the link is a veth now
-    (row,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_A)).rows.values()
+    derived = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_A), HashedSlots())
+    (row,) = derived.rows.values()
     assert row.kind is LinkKind.VETH
     assert ends(table, "default/r2", NODE_A) == across
 
