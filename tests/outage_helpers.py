@@ -20,8 +20,10 @@ from pathlib import Path
 
 from lab_helpers import Lab, unique_lab
 
-from meshwire.control.lab.names import node_ip
+from meshwire.control.lab.names import LabNames, node_ip
+from meshwire.control.lab.nsexec import argv_for
 from meshwire.control.lab.probe import http_get
+from meshwire.control.lab.runtime import meshwire_argv
 from meshwire.control.lab.state import LabDir, LabState
 
 THREE_PODS = """\
@@ -94,6 +96,19 @@ def lab_up(tmp_path: Path, config: str) -> Iterator[Lab]:
         yield lab
 
 
+def delete_topologies(lab: Lab) -> None:
+    """`meshwire delete -f` of the lab file, run from the hub as an operator would."""
+    argv = meshwire_argv("delete", "-f", str(lab.file), "--server", state(lab).api_url)
+    done = subprocess.run(
+        argv_for(LabNames(lab.name).hub_netns, argv),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"delete failed: {done.stdout} {done.stderr}"
+
+
 def state(lab: Lab) -> LabState:
     return LabDir(lab.directory).load()
 
@@ -154,6 +169,18 @@ def metric(lab: Lab, node: int, name: str) -> float:
     assert answer is not None and answer[0] == 200, f"node{node}'s /metrics: {answer}"
     match = re.search(rf"^{re.escape(name)} (\S+)$", answer[1], re.MULTILINE)
     return float(match.group(1)) if match else 0.0
+
+
+def samples(lab: Lab, node: int, prefix: str) -> dict[str, float]:
+    """Every sample of node `node`'s /metrics whose `name{labels}` starts with `prefix`."""
+    answer = http_get(node_ip(node), METRICS_PORT, "/metrics", netns=f"{lab.prefix}node{node}")
+    assert answer is not None and answer[0] == 200, f"node{node}'s /metrics: {answer}"
+    out = {}
+    for line in answer[1].splitlines():
+        name, _, value = line.rpartition(" ")
+        if name.startswith(prefix):
+            out[name] = float(value)
+    return out
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
