@@ -10,6 +10,7 @@ nothing half-built is begun.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from reconciler_helpers import Pause, Scenario
 
@@ -36,6 +37,15 @@ def kernel(scenario: Scenario) -> dict[tuple[str, str], tuple[str, int]]:
     return {key: (found.mark, found.ifindex) for key, found in scenario.driver.kernel.items()}
 
 
+async def until(condition: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STOP_LIMIT
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {STOP_LIMIT}s waiting for {what}")
+        await asyncio.sleep(0.002)
+
+
 async def close_and_let_go(scenario: Scenario, pause: Pause) -> None:
     """Close the reconciler, release the held call and let the loop run: a worker free
     again takes its next key at once, so a call that could start has started. Then
@@ -43,9 +53,7 @@ async def close_and_let_go(scenario: Scenario, pause: Pause) -> None:
     queue = scenario.daemon.queue
     scenario.daemon.reconciler.close()
     pause.go.set()
-    async with asyncio.timeout(STOP_LIMIT):
-        while queue.in_flight:
-            await asyncio.sleep(0.002)
+    await until(lambda: queue.in_flight == 0, "the held call to end")
     for _ in range(LOOP_TURNS):
         await asyncio.sleep(0)
     scenario.daemon.task.cancel()
@@ -66,9 +74,8 @@ async def test_closed_with_rows_queued_the_call_in_flight_finishes_and_no_other_
         scenario.cmd_link("5", "r2:eth3", "r3:eth3")
         scenario.cmd_unlink("3")
         scenario.cmd_place("r2", "/ns/r2-new")
-        async with asyncio.timeout(STOP_LIMIT):
-            while scenario.daemon.queue.depth < 3:  # links 5, 3 and 1 (r2 moved) wait
-                await asyncio.sleep(0.002)
+        # Links 5, 3 and 1 (r2 moved) wait behind it.
+        await until(lambda: scenario.daemon.queue.depth >= 3, "three keys queued")
 
         await close_and_let_go(scenario, pause)
 

@@ -67,7 +67,9 @@ def test_a_daemon_stopped_by_sigterm_leaves_every_link_and_rebuilds_none_on_rest
                 assert addresses(lab, end.pod, end.intf) == [f"{end.address}/24"], end
         for link in LINKS:
             if kind == "vxlan" or not link.crosses_nodes:
-                assert pings(lab, link), f"link {link.uid} carried nothing while the daemon was away"
+                assert pings(lab, link), (
+                    f"link {link.uid} carried nothing while the daemon was away"
+                )
 
         lab_state = state(lab)
         up.start_daemon(LabDir(lab.directory), lab_state, MeshwireRuntime(), NODE)

@@ -49,8 +49,9 @@ def test_a_deleted_interface_a_removed_address_and_a_lost_tap_come_back_at_the_n
             lambda: repaired() or metric(lab, 1, PASSES) >= before + 3,
             "every link repaired, or three more full passes",
         )
-        assert repaired(), f"not repaired by the next full pass (passes {before} -> " \
-            f"{metric(lab, 1, PASSES)})"
+        assert repaired(), (
+            f"not repaired by the next full pass (passes {before} -> {metric(lab, 1, PASSES)})"
+        )
         assert metric(lab, 1, PASSES) > before
         # The TAP is a new one: the worker was handed it, and the wire carries again.
         assert ifindex(lab, "r1", wire.a.intf) != tap_before

@@ -82,7 +82,10 @@ async def test_until_each_initial_link_was_tried_the_daemon_is_not_ready_and_pru
                 assert node.daemon.links.initialized
 
                 code, body = await readyz(metrics)
-                assert (code, body.strip()) == (503, "not ready: initial reconciliation not complete")
+                assert (code, body.strip()) == (
+                    503,
+                    "not ready: initial reconciliation not complete",
+                )
                 status = await node.cni("STATUS", "r1")
                 assert status.exit != 0
                 assert "initial reconciliation not complete" in status.result["msg"]
