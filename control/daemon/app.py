@@ -275,6 +275,7 @@ class Daemon:
             self.reconciler.verify_all()
             if self.wire is not None:
                 self.wire.manager.verify_all()
+            self.metrics.full_passes.inc()
 
     async def _prune(self) -> None:
         namespaces = {
