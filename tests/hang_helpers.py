@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slot_helpers import slot
+
 from meshwire.control.config import load_config
 from meshwire.control.reconcile.ids import wire_id
 from meshwire.control.reconcile.queue import WorkQueue
@@ -60,7 +62,7 @@ def row(uid: int, pod: str, peer: str, peer_node_ip: str) -> LinkRow:
         peer=End(pod=peer, netns="", intf=f"eth{uid}"),
         mtu=1500,
         peer_node_ip=peer_node_ip,
-        wire_id=wire_id("lab", uid, pod, peer),
+        wire_id=wire_id(slot("lab"), uid, pod, peer),
     )
 
 
