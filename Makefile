@@ -4,7 +4,7 @@ LAB_FILE ?= examples/lab.yml
 NODES ?= 2
 MW := .venv/bin/meshwire
 
-.PHONY: setup lab test lint down
+.PHONY: setup lab test lint down bench-micro
 
 setup:
 	bash scripts/setup.sh
@@ -21,3 +21,7 @@ test: setup
 
 lint: setup
 	bash scripts/lint.sh
+
+# Micro benchmarks (pytest-benchmark), saved under .benchmarks/ for --benchmark-compare.
+bench-micro: setup
+	.venv/bin/python -m pytest -q bench/micro --benchmark-only --benchmark-autosave
