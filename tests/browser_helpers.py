@@ -64,10 +64,10 @@ class Browser:
 
     def _page_url(self, port: int) -> str:
         async def targets() -> list[dict[str, Any]]:
-            async with aiohttp.ClientSession() as session:
-                async with session.get(f"http://127.0.0.1:{port}/json/list") as answer:
-                    result: list[dict[str, Any]] = await answer.json()
-                    return result
+            url = f"http://127.0.0.1:{port}/json/list"
+            async with aiohttp.ClientSession() as session, session.get(url) as answer:
+                result: list[dict[str, Any]] = await answer.json()
+                return result
 
         pages = [t for t in self._loop.run_until_complete(targets()) if t["type"] == "page"]
         return str(pages[0]["webSocketDebuggerUrl"])

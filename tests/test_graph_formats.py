@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 from browser_helpers import Browser
+from links_helpers import veth_row
 
+from meshwire.control.daemon.link_report import link_report
 from meshwire.control.graph import formats, layout
 from meshwire.control.graph.live import page_state
 from meshwire.control.graph.model import build
-from meshwire.control.daemon.link_report import link_report
-from links_helpers import veth_row
 from tests.paths import REPO as ROOT
 
 NODES = {"169.254.0.11": "node1", "169.254.0.12": "node2"}
@@ -51,9 +51,7 @@ def report(link: str, pod: str, intf: str, up: bool = True, rx: int = 0) -> dict
 
 def every_end_up() -> list[dict[str, Any]]:
     graph = build("lab", lab_objects(), NODES, "vxlan", [])
-    return [
-        report(link.id, end.pod, end.intf) for link in graph.links for end in (link.a, link.b)
-    ]
+    return [report(link.id, end.pod, end.intf) for link in graph.links for end in (link.a, link.b)]
 
 
 def test_the_dot_names_every_node_pod_interface_address_and_link_kind() -> None:
@@ -61,7 +59,7 @@ def test_the_dot_names_every_node_pod_interface_address_and_link_kind() -> None:
 
     for name in ("node1", "node2", *PODS, *INTERFACES, "10.99.0.17/30", "veth", "vxlan"):
         assert name in dot
-    assert dot.count("\" -- \"") == 5
+    assert dot.count('" -- "') == 5
     assert 'id="link:default/5", class="link state-up"' in dot
     assert '"default/r1":"if-eth3" -- "default/r3":"if-eth3"' in dot
 
@@ -116,7 +114,7 @@ def test_mermaid_and_json_carry_every_pod_and_link() -> None:
 
     mermaid = formats.to_mermaid(graph)
     assert mermaid.startswith("flowchart LR\n")
-    assert mermaid.count('subgraph n') == 2 and mermaid.count(" ---|") == 5
+    assert mermaid.count("subgraph n") == 2 and mermaid.count(" ---|") == 5
     assert '---|"veth up: eth3 -- eth3"|' in mermaid
     data = json.loads(formats.to_json(graph))
     assert [p["id"] for p in data["pods"]] == list(PODS)
@@ -172,21 +170,27 @@ def test_a_hundred_pods_lay_out_in_two_dimensions() -> None:
     for index in range(100):
         peers = [(index + 1) % 100, (index - 1) % 100]
         links = [
-            {"uid": min(index, p) * 100 + max(index, p), "peer_pod": f"p{p}",
-             "local_intf": f"eth{n + 1}", "peer_intf": f"eth{2 - n}"}
+            {
+                "uid": min(index, p) * 100 + max(index, p),
+                "peer_pod": f"p{p}",
+                "local_intf": f"eth{n + 1}",
+                "peer_intf": f"eth{2 - n}",
+            }
             for n, p in enumerate(peers)
         ]
-        objects.append({
-            "metadata": {"name": f"p{index}", "namespace": "default"},
-            "spec": {"links": links},
-            "status": {"src_ip": f"169.254.0.{11 + index % 4}"},
-        })
+        objects.append(
+            {
+                "metadata": {"name": f"p{index}", "namespace": "default"},
+                "spec": {"links": links},
+                "status": {"src_ip": f"169.254.0.{11 + index % 4}"},
+            }
+        )
     graph = build("lab", objects, {}, "vxlan", [])
 
     svg = layout.svg(graph)
 
     assert layout.engine(graph) == "fdp"
-    assert svg.count('class="node"') == 100 and svg.count("class=\"edge link") == 100
+    assert svg.count('class="node"') == 100 and svg.count('class="edge link') == 100
     width, height = (float(v) for v in svg.split('viewBox="')[1].split('"')[0].split()[2:])
     assert max(width, height) < 4 * min(width, height)
 
@@ -194,6 +198,9 @@ def test_a_hundred_pods_lay_out_in_two_dimensions() -> None:
 def test_the_command_refuses_an_unknown_extension() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "meshwire.control.cli", "lab", "graph", "-o", "x.png"],
-        capture_output=True, text=True, check=False, timeout=60,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert done.returncode == 2 and "the extension must be one of" in done.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -95,10 +96,8 @@ def _check_output(parser: argparse.ArgumentParser, output: str | None) -> None:
 def _run(prog: str, source: Source, args: argparse.Namespace) -> int:
     try:
         if args.serve:
-            try:
+            with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(serve(source, args.serve, lambda url: print(url, flush=True)))
-            except KeyboardInterrupt:
-                pass
             return 0
         graph = source.snapshot()
         if args.output == "-":

@@ -83,7 +83,7 @@ class Graph:
         return asdict(self)
 
     def shape(self) -> tuple[Any, ...]:
-        """What the layout depends on (not states nor counters): a changed shape is a new drawing."""
+        """What the layout depends on (not states, not counters): a new shape, a new drawing."""
         return (
             self.nodes,
             tuple((p.id, p.node) for p in self.pods),

@@ -91,6 +91,6 @@ class KubeSource:
         self.inter_node = inter_node
 
     def snapshot(self) -> Graph:
-        answer = self.api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)
+        answer: Any = self.api.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)
         objects: list[dict[str, Any]] = answer.get("items") or []
         return build(f"namespace {self.namespace}", objects, {}, self.inter_node)
