@@ -39,6 +39,7 @@ from meshwire.control.config import Config
 from meshwire.control.daemon import reserved_ports
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
+from meshwire.control.daemon.link_counters import read_counters
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.daemon.placements import PlacementKeeper
@@ -189,7 +190,7 @@ class Daemon:
             self.config.metrics.listen,
             self.metrics.registry,
             self.not_ready,
-            lambda state: link_report(self.links.values(), self.reconciler.statuses, state),
+            self._link_report,
         )
         if self.config.reserve_ports:
             # In this thread: /proc/sys/net is the namespace of the thread that opens it.
@@ -240,6 +241,12 @@ class Daemon:
             placements.close()
             await health.stop()
             await api.close()  # type: ignore[no-untyped-call]
+
+    async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
+        """`/links`: the rows are taken here, on the loop; counters read on a thread."""
+        rows = list(self.links.values())
+        read = await asyncio.to_thread(read_counters, rows) if counters else None
+        return link_report(rows, self.reconciler.statuses, state, read)
 
     async def _listen(self, health: HealthServer) -> None:
         """Open the metrics port, then the wire's (workers, Peer service), each waited for."""
