@@ -105,7 +105,9 @@ async def serve(source: Source, listen: str, ready: Any = print) -> None:
     try:
         site = web.TCPSite(runner, host or None, port)
         await site.start()
-        ready(f"http://{hostport.join(host or '127.0.0.1', port)}/")
+        # The port the kernel chose when `listen` asked for port 0.
+        bound = runner.addresses[0][1] if runner.addresses else port
+        ready(f"http://{hostport.join(host or '127.0.0.1', bound)}/")
         loop = asyncio.create_task(page.run())
         try:
             await asyncio.Event().wait()

@@ -71,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p.add_argument("--seconds", type=float, default=5.0, help="how long (default 5)")
     command("down", "remove everything the lab made")
+    # Listed for --help; `meshwire lab graph` is dispatched to control/graph/command.py.
+    command("graph", "a picture of the lab (.svg .dot .mmd .json), or a live page (--serve)")
     return top
 
 
