@@ -66,6 +66,9 @@ log = logging.getLogger(__name__)
 PLUMBING_ERROR_PERIOD = 0.2
 # Shutdown waits this long for status writes to reach the API.
 FLUSH_GRACE = 3.0
+# How `failure.describe` starts for a call the API server refused to authenticate
+# or authorize.
+DENIED = ("401 ", "403 ")
 
 
 class Daemon:
@@ -104,6 +107,8 @@ class Daemon:
         self._waits = StartWaits()
         # Why the informer's last list or watch failed ("" when none did).
         self._sync_error: Callable[[], str] = lambda: ""
+        # Why the last status write was refused (401/403), "" once one lands.
+        self._write_denied: Callable[[], str] = lambda: ""
 
     # -- readiness --------------------------------------------------------------
 
@@ -113,6 +118,13 @@ class Daemon:
         if not self.topologies.initialized:
             error = self._sync_error()
             return f"topologies not synced: {error}" if error else "topologies not synced"
+        # Refused credentials or permissions stay refused until someone fixes
+        # them: a synced daemon that can no longer watch, or write status, says so.
+        error = self._sync_error()
+        if error.startswith(DENIED):
+            return f"topologies: {error}"
+        if denied := self._write_denied():
+            return f"status writes: {denied}"
         if not self.reconciler.initial_done.is_set():
             return "initial reconciliation not complete"
         if self.wire is not None and not self.wire.started:
@@ -141,6 +153,8 @@ class Daemon:
             ),
         )
         self._sync_error = lambda: informer.stats.last_error
+        status = self.status
+        self._write_denied = lambda: status.denied
         self.metrics.attach(
             StateView(
                 queue_depth=lambda: self.queue.depth,

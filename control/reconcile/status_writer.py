@@ -220,6 +220,10 @@ class StatusWriter:
         self._idle.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        # Why the last failed write was refused for want of a permission or of
+        # valid credentials (401/403, described), "" once any write lands: a
+        # configuration fault that retries cannot fix, so readiness reports it.
+        self.denied = ""
 
     def start(self) -> None:
         """Start the workers on the running loop; a second call is a no-op."""
@@ -349,6 +353,8 @@ class StatusWriter:
             raise
         except Exception as err:
             self._restore(key, fields, condition)
+            if isinstance(err, ApiException) and err.status in (401, 403):
+                self.denied = describe(err)
             log.warning(
                 "status of topology %s: write %s failed (retry %d): %s",
                 key,
@@ -359,6 +365,7 @@ class StatusWriter:
             self._queue.add_rate_limited(key)
             return
         else:
+            self.denied = ""
             self._queue.forget(key)
             if self._listener is not None:
                 self._listener.status_landed(key, fields, resource_version)
