@@ -24,6 +24,7 @@ from tests.kube_helpers import (
     DaemonProcess,
     admin,
     create_namespace,
+    finish_namespace_deletion,
     install_crd,
     service_account_token,
     uninstall_crd,
@@ -53,7 +54,7 @@ def api(kube: ControlPlane) -> Iterator[client.ApiClient]:
         for delete in (
             lambda: rbac.delete_cluster_role_binding("meshwire"),
             lambda: rbac.delete_cluster_role("meshwire"),
-            lambda: client.CoreV1Api(api).delete_namespace("meshwire"),
+            lambda: finish_namespace_deletion(api, "meshwire"),
         ):
             try:
                 delete()

@@ -50,7 +50,8 @@ async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
             kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
             )
-            configuration.refresh_api_key_hook = TokenFile(TOKEN_FILE)
+            # Typed None by the client, which calls it with the configuration.
+            configuration.refresh_api_key_hook = TokenFile(TOKEN_FILE)  # type: ignore[assignment]
         except kube_config.ConfigException as err:
             raise ApiConfigError(
                 f"api.url and api.kubeconfig are both empty, and the in-cluster "

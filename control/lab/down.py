@@ -8,21 +8,48 @@ react to their pods vanishing), then namespaces (interfaces inside them go
 with them; the lab puts none in the host's namespace), then the directory.
 Without a state file there are no PIDs to stop: only prefixed namespaces and
 an empty lab directory are removed.
+
+A lab on an existing API server (`up --kubeconfig`) first has its Topology
+objects deleted there, then the objects `up` created (kube.py), through the
+user's kubeconfig. When that fails (the server unreachable, the kubeconfig
+gone), the rest is still removed, but the lab directory is kept and LabError
+says what is left: run `down` again once the server answers.
 """
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from meshwire.control.lab import netns, processes
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.names import LabNames
-from meshwire.control.lab.state import LabDir
+from meshwire.control.lab.state import LabDir, LabState
+
+
+def _delete_from_server(state: LabState) -> list[str]:
+    kube = KubeLab(Path(state.kubeconfig))
+    try:
+        keys = [
+            f"{(t.get('metadata') or {}).get('namespace', 'default')}/{t['metadata']['name']}"
+            for t in state.topologies
+        ]
+        return kube.delete(keys, state.kube_created)
+    finally:
+        kube.close()
 
 
 def down(lab: LabDir, names: LabNames) -> list[str]:
     """Tear the lab down; returns one line per object removed (empty: nothing was there)."""
     removed: list[str] = []
     state = lab.load() if lab.exists() else None
+    left = ""
+    if state is not None and state.kube_server:
+        try:
+            removed.extend(_delete_from_server(state))
+        except LabError as exc:
+            left = str(exc)
     if state is not None:
         for record in reversed(state.processes):
             running = processes.is_running(record)
@@ -34,6 +61,11 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
         if name.startswith(names.prefix) and netns.exists(name):
             netns.delete(name)
             removed.append(f"netns {name}")
+    if left:
+        raise LabError(
+            f"lab {names.lab}: {left}; its objects on {state.kube_server if state else ''} are "
+            f"left, and so is {lab.path}: run `meshwire lab down` again"
+        )
     if state is not None:
         shutil.rmtree(lab.path, ignore_errors=True)
         removed.append(f"directory {lab.path}")
