@@ -10,7 +10,12 @@ in the API (merge-patch semantics).
 
 A failed write is retried with the key's backoff (`retries.py`), its fields
 merged under any set meanwhile; it is never dropped. A write answered 404
-(the Topology was deleted) is dropped with a log line.
+(the Topology was deleted) is dropped with a log line. A write answered 422
+(the cluster's Topology CRD rejects the values: a schema stricter than
+meshnet's) is dropped with one warning carrying the server's message, never
+retried: the same values would be rejected forever. The table keeps the
+placement it was told (the listener hears nothing), so the node's links stay
+where its pods run and nothing writes the rejected values again.
 
 A write may be conditional (`if_container`): it lands only while the
 status still names that container, "" for none (checked against a fresh
@@ -74,6 +79,10 @@ class StatusNotFound(Exception):
     """The Topology whose status was written does not exist (HTTP 404)."""
 
 
+class StatusInvalid(Exception):
+    """The API server rejects the write's values (HTTP 422); the message is the server's."""
+
+
 @dataclass(frozen=True, slots=True)
 class StatusRead:
     """A Topology's placement fields (`PLACEMENT_FIELDS`, an absent one as "") as a
@@ -101,7 +110,8 @@ class StatusApi(Protocol):
         resourceVersion after the write ("" if the server did not say).
 
         Raises StatusNotFound if the object does not exist, StatusSuperseded if
-        the condition does not hold; any other exception is a failed write that
+        the condition does not hold, StatusInvalid if the server rejects the
+        values (422); any other exception is a failed write that
         the caller retries.
         """
         ...
@@ -173,6 +183,8 @@ class KubeStatusApi:
         except ApiException as err:
             if err.status == 404:
                 raise StatusNotFound(f"topology {namespace}/{name}: not found") from err
+            if err.status == 422:
+                raise StatusInvalid(describe(err)) from err
             raise
         metadata = written.get("metadata") if isinstance(written, dict) else None
         return str((metadata or {}).get("resourceVersion") or "")
@@ -343,6 +355,16 @@ class StatusWriter:
             self._queue.forget(key)
             if self._listener is not None:
                 self._listener.status_dropped(key, fields)
+        except StatusInvalid as why:
+            log.warning(
+                "status of topology %s: the API server rejects %s as invalid, dropped and not "
+                "retried (the cluster's Topology CRD is stricter than meshnet's; "
+                "deploy/crd.yaml accepts every status meshwire writes): %s",
+                key,
+                sorted(fields),
+                why,
+            )
+            self._queue.forget(key)
         except StatusSuperseded as why:
             log.info("status of topology %s: write %s dropped: %s", key, sorted(fields), why)
             self._queue.forget(key)
