@@ -5,10 +5,10 @@ A private control plane (these tests kill, stop and compact it), started with
 then really expires old resourceVersions (with the watch cache a watch from an
 old resourceVersion is answered from the cache's window). The bookmark test
 uses the shared control plane (with the watch cache, which is what sends
-bookmarks). v1.20 sends none in practice: its watch cache times a bookmark
-from the request context's deadline, which v1.20 does not set on a watch
-(`timeoutSeconds` is enforced by the handler). The test therefore asserts
-what the informer must do either way: watches that end are resumed from the
+bookmarks). v1.20 sent none here, with timeoutSeconds from 3 to 12 s (its
+watch cache sends one only shortly before a watch's deadline; periodic
+bookmarks came in later releases), so the test asserts what the informer
+must do either way: watches that end are resumed from the
 last resourceVersion seen, without a relist and without replaying a change.
 
 Each test ends with the table equal to the server's state, and asserts the
