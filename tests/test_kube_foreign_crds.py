@@ -23,8 +23,10 @@ import yaml
 from kubernetes import client
 
 from meshwire.control.informer.client import make_api_client
+from meshwire.control.informer.informer import InformerOptions
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
+from tests.informer_helpers import RecordingSink, running
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import (
     admin,
@@ -161,3 +163,32 @@ def test_status_written_through_the_main_resource_is_ignored(
     assert not objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name).get(
         "status"
     )
+
+
+async def test_a_status_skipped_in_the_crds_own_shape_is_read(
+    kube: ControlPlane, crd: str, namespace: str
+) -> None:
+    """Objects meshnet's own daemons wrote stay readable: `status.skipped` is a list of
+    {pod_name, link_id} under KNE's CRD, of pod names under upstream meshnet's."""
+    applied = apply(kube, MESHNET / "2node.yml", namespace)
+    assert applied.returncode == 0, applied.stderr
+    names = sorted(topologies(admin(kube), namespace))
+    skipped: list[object] = (
+        [{"pod_name": names[1], "link_id": 1}] if crd == "kne-meshnet.yaml" else [names[1]]
+    )
+    client.CustomObjectsApi(admin(kube)).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, names[0],
+        {"status": {"src_ip": "169.254.0.11", "skipped": skipped}},
+    )  # fmt: skip
+    api = await make_api_client("", str(kube.admin_kubeconfig))
+    sink = RecordingSink()
+    try:
+        async with running(api, sink, InformerOptions(namespace=namespace)) as informer:
+            await asyncio.wait_for(informer.synced.wait(), WAIT)
+            assert informer.stats.unreadable == 0
+            row = sink.get(f"{namespace}/{names[0]}")
+            assert row is not None
+            assert [s.pod_name for s in row.status.skipped] == [names[1]]
+            assert row.status.src_ip == "169.254.0.11"
+    finally:
+        await api.close()
