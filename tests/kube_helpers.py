@@ -1,6 +1,9 @@
 """Talking to the suite's real control plane (`kube_cluster.py`) as its admin, with the
-official `kubernetes` client: install and remove a Topology CRD, make namespaces,
-ServiceAccounts and their tokens."""
+official `kubernetes` client: install and remove a Topology CRD, make namespaces
+(and finish their deletion, as the namespace controller the suite does not run
+would), ServiceAccounts and their tokens. Also `Gate`, a TCP forwarder a test can
+cut between a client and the server, and `DaemonProcess`, `meshwire daemon` as a
+process of its own talking to the server."""
 
 from __future__ import annotations
 

@@ -19,7 +19,9 @@ user's kubeconfig names (its current context). `up`, through `KubeLab`:
   address the kubeconfig names: a relay listens there inside the node's
   namespace (on `lo`; an address that is not a loopback one is added to it)
   and connects from the host's namespace. Bytes pass unchanged, so the daemon
-  verifies the server's certificate against the CA as it would anywhere.
+  verifies the server's certificate against the CA as it would anywhere. The
+  server must be at an IPv4 address or a name resolving to one (the relay
+  speaks IPv4).
 
 `down` deletes the lab's Topology objects and then what `up` recorded. A
 namespace's deletion completes only where a namespace controller runs
