@@ -12,6 +12,7 @@ objects it made, and nothing else.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,10 @@ def test_a_lab_on_a_real_api_server_works_and_down_removes_what_it_made(
             assert {c["clusters"][0]["cluster"]["server"] for c in configs} == {kube.url}
 
             check(lab, capsys)
+            # Settled, the daemons write nothing more: no status write loops on this CRD.
+            writes = patches(kube)
+            time.sleep(5)
+            assert patches(kube) == writes
             assert lab.run("restart-pod", "r2") == 0
             check(lab, capsys)
             if crd == "deploy":
@@ -164,6 +169,11 @@ def test_a_lab_on_a_real_api_server_works_and_down_removes_what_it_made(
         objects.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "keep")
         for made in (namespace, "meshwire"):
             finish_namespace_deletion(api, made)
+
+
+def patches(kube: ControlPlane) -> int:
+    """Status writes the daemons made so far."""
+    return sum(e["verb"] == "patch" for e in audit(kube, ACCOUNT))
 
 
 def gone_or_terminating(core: client.CoreV1Api, name: str) -> bool:
