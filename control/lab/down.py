@@ -31,11 +31,7 @@ from meshwire.control.lab.state import LabDir, LabState
 def _delete_from_server(state: LabState) -> list[str]:
     kube = KubeLab(Path(state.kubeconfig))
     try:
-        keys = [
-            f"{(t.get('metadata') or {}).get('namespace', 'default')}/{t['metadata']['name']}"
-            for t in state.topologies
-        ]
-        return kube.delete(keys, state.kube_created)
+        return kube.delete(state.topology_keys(), state.kube_created)
     finally:
         kube.close()
 

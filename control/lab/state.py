@@ -102,6 +102,13 @@ class LabState:
             return self.kube_server
         return f"http://127.0.0.1:{self.host_port}" if self.host_port else ""
 
+    def topology_keys(self) -> list[str]:
+        """`ns/name` of each Topology of the lab file, in its order."""
+        return [
+            f"{(t.get('metadata') or {}).get('namespace', 'default')}/{t['metadata']['name']}"
+            for t in self.topologies
+        ]
+
     def process(self, role: str) -> ProcessRecord | None:
         """The newest process started for `role`, if any."""
         for record in reversed(self.processes):

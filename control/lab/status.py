@@ -58,11 +58,7 @@ def _kube_statuses(state: LabState) -> dict[str, dict[str, Any]] | None:
     except LabError:
         return None
     try:
-        keys = [
-            f"{(t.get('metadata') or {}).get('namespace', 'default')}/{t['metadata']['name']}"
-            for t in state.topologies
-        ]
-        return kube.statuses(keys)
+        return kube.statuses(state.topology_keys())
     finally:
         kube.close()
 
