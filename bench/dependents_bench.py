@@ -33,6 +33,7 @@ from collections.abc import Callable
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
+from meshwire.control.reconcile.ids import Slot
 from meshwire.control.tables.topologies import TopologyTable
 
 NAMESPACE = "bench"
@@ -42,6 +43,13 @@ LINKS_PER_POD = 4
 ROUNDS = 7
 LOOKUPS_PER_ROUND = 20_000
 CHANGES_PER_ROUND = 500
+
+
+class _OneSlot:
+    """Every namespace holds slot 0: derivation without an API."""
+
+    def slot_of(self, namespace: str) -> Slot | str | None:
+        return Slot(0, 0)
 
 
 def lab(pods: int, seed: int) -> list[Topology]:
@@ -92,7 +100,7 @@ def measure(pods: int, seed: int) -> Result:
         table.upsert(topology)
     table.mark_initialized()
     links = new_links_table()
-    desired = DesiredLinks(table, links, NodeView(node_ip=NODE_A))
+    desired = DesiredLinks(table, links, NodeView(node_ip=NODE_A), _OneSlot())
     start = time.process_time_ns()
     desired.step()
     initial_ms = (time.process_time_ns() - start) / 1e6

@@ -26,6 +26,12 @@ ENV_PREFIX = "MESHWIRE_"
 ENV_NESTING = "__"
 
 
+def default(section: type[BaseModel], key: str) -> Any:
+    """The default of config key `key` in `section`: the one place a default is written.
+    Modules that take the value as a parameter default to this."""
+    return section.model_fields[key].default
+
+
 class ConfigError(ValueError):
     """A config key is unknown or its value is invalid; the message names the key."""
 

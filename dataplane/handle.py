@@ -41,7 +41,6 @@ class WorkerHandle:
         self.wires: dict[int, Counters] = {}
         # time.monotonic() when `streams` arrived (0: never).
         self.reported_at = 0.0
-        self._reported = asyncio.Condition()
         self._closed = False
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_datagram)
 
@@ -91,11 +90,6 @@ class WorkerHandle:
     async def remove_wire(self, wire_id: int) -> None:
         """Removing a wire the worker does not have is success."""
         await self._command(messages.RemoveWire(wire_id), [])
-
-    async def next_report(self) -> None:
-        """Waits for the next complete report (`streams` and `wires` then hold it)."""
-        async with self._reported:
-            await self._reported.wait()
 
     async def stop(self, grace: float = 5.0) -> int:
         """SIGTERM, then SIGKILL after `grace` seconds; returns the exit code."""
@@ -167,11 +161,6 @@ class WorkerHandle:
             self._partial.update(message.wires)
             if message.last:
                 self.wires, self._partial = self._partial, {}
-                asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._reported:
-            self._reported.notify_all()
 
     def _close(self) -> None:
         if self._closed:

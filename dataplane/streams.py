@@ -81,9 +81,6 @@ class Streams(Generic[S]):
         del self._wires[key]
         return self._streams.pop(key)
 
-    def key_of(self, wire_id: int) -> StreamKey | None:
-        return self._key_of.get(wire_id)
-
     def refs(self) -> dict[StreamKey, int]:
         return {key: len(wires) for key, wires in self._wires.items()}
 

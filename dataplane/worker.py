@@ -33,7 +33,7 @@ import uvloop
 
 from meshwire.dataplane import fdpass, hostport, messages
 from meshwire.dataplane.logs import LogFormat, setup_logging
-from meshwire.dataplane.netns_thread import enter_netns
+from meshwire.dataplane.netns_thread import setns
 from meshwire.dataplane.receiver import Listener
 from meshwire.dataplane.sender import Sender
 from meshwire.dataplane.streams import StreamKey, Streams
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"--config: {exc}")
     control = socket.socket(fileno=args.control_fd)
     if config.netns:
-        enter_netns(config.netns)
+        setns(config.netns)
     setup_logging(config.log_level, config.log_format, config.node, worker=config.index)
     try:
         uvloop.run(Worker(config, control).serve())

@@ -49,6 +49,12 @@ def one(kind: str) -> dict[str, Any]:
     return found[0]
 
 
+def named(kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in manifests() if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name} in deploy/, found {len(found)}"
+    return found[0]
+
+
 def round_trip(obj: dict[str, Any]) -> Any:
     """`obj` read into the official client's model and written back.
 

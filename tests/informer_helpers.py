@@ -16,12 +16,13 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 
-from meshwire.control.informer.backoff import BackoffPolicy
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.informer.sink import TableSink
 from meshwire.control.lab import netns
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, Topology
+from meshwire.control.reconcile.retries import BackoffPolicy
 from meshwire.control.tables.table import Table
+from meshwire.dataplane.netns_thread import setns
 
 # Generous: a bounded wait for a condition, never a timing assertion.
 WAIT = 15.0
@@ -50,11 +51,11 @@ def private_loopback() -> Iterator[str]:
     netns.create(name)
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        netns.setns(netns.resolve(name))
+        setns(netns.resolve(name))
         try:
             yield name
         finally:
-            netns.setns(f"/proc/self/fd/{home}")
+            setns(f"/proc/self/fd/{home}")
     finally:
         os.close(home)
         netns.delete(name)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from slot_helpers import slot
 
 from meshwire.control.reconcile.ids import wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
@@ -155,7 +156,7 @@ def grpc_row(pod_netns: str, local_ip: str = "10.0.0.1/30", mtu: int = 1500) -> 
         peer=End(pod="r2", netns="", intf="eth1"),
         mtu=mtu,
         peer_node_ip="192.0.2.2",
-        wire_id=wire_id("lab", 5, "r1", "r2"),
+        wire_id=wire_id(slot("lab"), 5, "r1", "r2"),
     )
 
 

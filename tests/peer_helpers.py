@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from slot_helpers import slot
 
 from meshwire.control.reconcile.ids import wire_id
 from meshwire.control.reconcile.queue import WorkQueue
@@ -72,7 +73,7 @@ WIRE = LinkRow(
     peer=End(pod="r1", netns="", intf="eth1"),
     mtu=1500,
     peer_node_ip=PEER_NODE,
-    wire_id=wire_id("lab", 3, "r2", "r1"),
+    wire_id=wire_id(slot("lab"), 3, "r2", "r1"),
 )
 
 Request = meshwire_pb2.CreateWiresRequest | meshwire_pb2.DeleteWiresRequest

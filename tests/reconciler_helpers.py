@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slot_helpers import HashedSlots
+
 from meshwire.control.links.driver import OwnedInterface
 from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.links.names import parse_mark
@@ -188,7 +190,7 @@ class Daemon:
     def __init__(self, driver: FakeDriver, clock: FakeClock) -> None:
         self.topologies = TopologyTable()
         self.links = new_links_table()
-        self.desired = DesiredLinks(self.topologies, self.links, NODE)
+        self.desired = DesiredLinks(self.topologies, self.links, NODE, HashedSlots())
         self.queue = WorkQueue(clock=clock, debounce=0, limiter=ExponentialBackoff())
         # One worker: the log is then in a deterministic order.
         self.reconciler = LinkReconciler(self.links, driver, self.queue, concurrency=1)

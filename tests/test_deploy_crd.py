@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_helpers import one, schema_errors
+from deploy_helpers import named, schema_errors
 
 from meshwire.control.model.topology import (
     GROUP,
@@ -35,7 +35,7 @@ JSON_TYPES = {int: "integer", str: "string"}
 
 
 def crd() -> dict[str, Any]:
-    return one("CustomResourceDefinition")
+    return named("CustomResourceDefinition", f"{PLURAL}.{GROUP}")
 
 
 def schema() -> dict[str, Any]:

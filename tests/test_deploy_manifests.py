@@ -33,14 +33,20 @@ def test_the_kustomization_names_the_image_the_daemonset_uses() -> None:
     assert image.partition(":")[0] in [i["name"] for i in kustomization()["images"]]
 
 
-def test_deploy_holds_one_of_each_object_meshwire_needs() -> None:
+def test_deploy_holds_one_of_each_object_meshwire_needs_and_both_crds() -> None:
     kinds = sorted(obj["kind"] for obj in manifests())
-    assert kinds == sorted(MODELS)
+    assert kinds == sorted([*MODELS, "CustomResourceDefinition"])
+    crds = {o["metadata"]["name"] for o in manifests() if o["kind"] == "CustomResourceDefinition"}
+    assert crds == {"topologies.networkop.co.uk", "idallocations.meshwire.dev"}
 
 
-@pytest.mark.parametrize("kind", sorted(MODELS))
-def test_each_object_has_only_fields_kubernetes_knows(kind: str) -> None:
-    obj = one(kind)
+@pytest.mark.parametrize(
+    "index",
+    range(len(manifests())),
+    ids=lambda i: "{kind}-{metadata[name]}".format(**manifests()[i]),
+)
+def test_each_object_has_only_fields_kubernetes_knows(index: int) -> None:
+    obj = manifests()[index]
     assert round_trip(obj) == obj
 
 

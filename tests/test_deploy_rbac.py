@@ -18,6 +18,7 @@ import kubernetes.client
 from deploy_helpers import manifests, one, pod_spec
 
 from meshwire.control.model.topology import GROUP, PLURAL
+from meshwire.control.reconcile import slots
 
 # kubernetes client method -> (verb, subresource suffix) for custom objects.
 CALL = re.compile(
@@ -46,22 +47,35 @@ def daemon_sources() -> dict[Path, str]:
     return {Path(p): Path(p).read_text() for p in json.loads(result.stdout)}
 
 
-def calls_in(source: str) -> set[tuple[str, str]]:
-    """(verb, resource) pairs of the custom-object calls in one module's source."""
-    out: set[tuple[str, str]] = set()
-    for verb, status in CALL.findall(source):
-        resource = PLURAL + ("/status" if status else "")
-        out.add((verb, resource))
+# The client's method verb -> the RBAC verb it needs.
+RBAC_VERB = {"replace": "update"}
+
+
+def calls_in(source: str) -> set[tuple[str, str, str]]:
+    """(group, verb, resource) of the custom-object calls in one module's source.
+
+    A call whose arguments name `slots.PLURAL` is about idallocations; any other
+    is about topologies."""
+    out: set[tuple[str, str, str]] = set()
+    for call in CALL.finditer(source):
+        verb, status = call.groups()
+        arguments = source[call.end() : source.find(")", call.end())]
+        if "slots.PLURAL" in arguments:
+            group, resource = slots.GROUP, slots.PLURAL
+        else:
+            group, resource = GROUP, PLURAL + ("/status" if status else "")
+        out.add((group, RBAC_VERB.get(verb, verb), resource))
         if verb == "list" and WATCH_ARG.search(source):
-            out.add(("watch", resource))
+            out.add((group, "watch", resource))
     return out
 
 
-def granted() -> set[tuple[str, str]]:
-    out: set[tuple[str, str]] = set()
+def granted() -> set[tuple[str, str, str]]:
+    out: set[tuple[str, str, str]] = set()
     for rule in one("ClusterRole")["rules"]:
-        assert rule["apiGroups"] == [GROUP], rule
-        out |= {(verb, res) for verb in rule["verbs"] for res in rule["resources"]}
+        assert len(rule["apiGroups"]) == 1, rule
+        (group,) = rule["apiGroups"]
+        out |= {(group, verb, res) for verb in rule["verbs"] for res in rule["resources"]}
     return out
 
 
@@ -69,11 +83,13 @@ def test_the_call_finder_reads_verbs_and_the_status_subresource() -> None:
     source = (
         'await api.list_cluster_custom_object_without_preload_content(G, V, P, "watch": True)\n'
         "await api.patch_namespaced_custom_object_status(group=G)\n"
+        "await api.replace_cluster_custom_object(slots.GROUP, V, slots.PLURAL, N, body)\n"
     )
     assert calls_in(source) == {
-        ("list", "topologies"),
-        ("watch", "topologies"),
-        ("patch", "topologies/status"),
+        (GROUP, "list", "topologies"),
+        (GROUP, "watch", "topologies"),
+        (GROUP, "patch", "topologies/status"),
+        (slots.GROUP, "update", "idallocations"),
     }
 
 

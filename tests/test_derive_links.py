@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from derive_helpers import NODE_A, NODE_B, pair, pod
+from slot_helpers import HashedSlots, slot
 
 from meshwire.control.model.topology import Link
 from meshwire.control.reconcile.derive import NodeView, derive_pods
@@ -14,6 +15,7 @@ from meshwire.control.tables.links import LinkKind
 from meshwire.control.tables.topologies import TopologyTable
 
 ON_A = NodeView(node_ip=NODE_A)
+SLOTS = HashedSlots()
 
 
 def two_pods(node_r1: str, node_r2: str) -> TopologyTable:
@@ -26,8 +28,8 @@ def two_pods(node_r1: str, node_r2: str) -> TopologyTable:
 
 def test_two_pods_on_this_node_get_one_veth_whichever_pod_is_derived() -> None:
     table = two_pods(NODE_A, NODE_A)
-    from_r1 = derive_pods(table, {"default/r1"}, ON_A).rows
-    from_r2 = derive_pods(table, {"default/r2"}, ON_A).rows
+    from_r1 = derive_pods(table, {"default/r1"}, ON_A, SLOTS).rows
+    from_r2 = derive_pods(table, {"default/r2"}, ON_A, SLOTS).rows
     assert from_r1 == from_r2
     (row,) = from_r1.values()
     assert row.kind is LinkKind.VETH
@@ -40,11 +42,11 @@ def test_two_pods_on_this_node_get_one_veth_whichever_pod_is_derived() -> None:
 
 def test_a_peer_on_another_node_gives_a_vxlan_end_with_the_same_vni_on_both_nodes() -> None:
     table = two_pods(NODE_A, NODE_B)
-    (on_a,) = derive_pods(table, {"default/r1"}, ON_A).rows.values()
-    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B)).rows.values()
+    (on_a,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS).rows.values()
+    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B), SLOTS).rows.values()
     assert on_a.kind is on_b.kind is LinkKind.VXLAN
     assert on_a.peer_node_ip == NODE_B and on_b.peer_node_ip == NODE_A
-    assert on_a.vni == on_b.vni == vni("default", 1, 5000)
+    assert on_a.vni == on_b.vni == vni(slot("default"), 1, 5000)
     assert (on_a.local.pod, on_a.local.intf) == ("r1", "eth1")
 
 
@@ -52,23 +54,23 @@ def test_grpc_ends_get_distinct_stable_wire_ids() -> None:
     table = two_pods(NODE_A, NODE_B)
     view_a = NodeView(node_ip=NODE_A, inter_node_link_type="grpc")
     view_b = NodeView(node_ip=NODE_B, inter_node_link_type="grpc")
-    (on_a,) = derive_pods(table, {"default/r1"}, view_a).rows.values()
-    (on_b,) = derive_pods(table, {"default/r2"}, view_b).rows.values()
+    (on_a,) = derive_pods(table, {"default/r1"}, view_a, SLOTS).rows.values()
+    (on_b,) = derive_pods(table, {"default/r2"}, view_b, SLOTS).rows.values()
     assert on_a.kind is LinkKind.GRPC
     assert on_a.wire_id != on_b.wire_id
-    assert on_a.wire_id == wire_id("default", 1, "r1", "r2")
-    assert derive_pods(table, {"default/r1"}, view_a).rows == {on_a.key: on_a}
+    assert on_a.wire_id == wire_id(slot("default"), 1, "r1", "r2")
+    assert derive_pods(table, {"default/r1"}, view_a, SLOTS).rows == {on_a.key: on_a}
 
 
 def test_a_pod_of_another_node_or_not_started_yields_nothing() -> None:
     table = two_pods(NODE_B, "")
-    derived = derive_pods(table, {"default/r1", "default/r2"}, ON_A)
+    derived = derive_pods(table, {"default/r1", "default/r2"}, ON_A, SLOTS)
     assert derived.rows == {} and derived.problems == {}
 
 
 def test_a_link_to_a_peer_that_is_not_running_waits_without_a_problem() -> None:
     table = two_pods(NODE_A, "")
-    derived = derive_pods(table, {"default/r1"}, ON_A)
+    derived = derive_pods(table, {"default/r1"}, ON_A, SLOTS)
     assert derived.rows == {} and derived.problems == {}
 
 
@@ -76,7 +78,7 @@ def test_localhost_gives_a_macvlan_on_the_host_interface() -> None:
     table = TopologyTable()
     host_link = Link(uid=2, peer_pod="localhost", local_intf="eth2", peer_intf="eth0")
     table.upsert(pod("r2", host_link, node=NODE_A))
-    (row,) = derive_pods(table, {"default/r2"}, ON_A).rows.values()
+    (row,) = derive_pods(table, {"default/r2"}, ON_A, SLOTS).rows.values()
     assert row.kind is LinkKind.MACVLAN
     assert row.peer.intf == "eth0" and row.local.intf == "eth2"
 
@@ -87,7 +89,7 @@ def test_ends_that_disagree_give_no_row_and_a_problem_naming_the_field() -> None
     wrong = Link(uid=1, peer_pod="r1", local_intf="eth7", peer_intf="eth1")
     table.upsert(pod("r1", r1, node=NODE_A))
     table.upsert(pod("r2", wrong, node=NODE_A))
-    derived = derive_pods(table, {"default/r1", "default/r2"}, ON_A)
+    derived = derive_pods(table, {"default/r1", "default/r2"}, ON_A, SLOTS)
     assert derived.rows == {}
     assert "default/r1" in derived.problems
     assert "uid 1" in derived.problems["default/r1"][0]
@@ -99,7 +101,7 @@ def test_a_bad_link_is_skipped_and_the_pods_other_links_still_work() -> None:
     bad = Link(uid=2, peer_pod="r2", local_intf="bad/name", peer_intf="eth2")
     table.upsert(pod("r1", good, bad, node=NODE_A))
     table.upsert(pod("r2", back, node=NODE_A))
-    derived = derive_pods(table, {"default/r1"}, ON_A)
+    derived = derive_pods(table, {"default/r1"}, ON_A, SLOTS)
     assert list(derived.rows) == ["default/1"]
     assert "local_intf" in derived.problems["default/r1"][0]
 
@@ -110,7 +112,7 @@ class TestDesiredLinks:
     def setup_method(self) -> None:
         self.topologies = TopologyTable()
         self.links = new_links_table()
-        self.desired = DesiredLinks(self.topologies, self.links, ON_A)
+        self.desired = DesiredLinks(self.topologies, self.links, ON_A, SLOTS)
         self.r1, self.r2 = pair(1, "r1", "r2")
         self.topologies.upsert(pod("r1", self.r1, node=NODE_A))
         self.topologies.upsert(pod("r2", self.r2, node=NODE_A))
@@ -167,7 +169,7 @@ def test_a_link_mtu_given_on_one_end_is_the_rows_on_both_nodes_and_others_keep_t
     table.upsert(pod("r2", dataclasses.replace(r2, mtu=9000), node=NODE_B))
     table.upsert(pod("r3", r3, node=NODE_A))
     view_a = NodeView(node_ip=NODE_A, mtu=1450)
-    rows = derive_pods(table, {"default/r1"}, view_a).rows
-    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B)).rows.values()
+    rows = derive_pods(table, {"default/r1"}, view_a, SLOTS).rows
+    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B), SLOTS).rows.values()
     assert (rows["default/1/r1"].mtu, on_b.mtu) == (9000, 9000)
     assert rows["default/2"].mtu == 1450

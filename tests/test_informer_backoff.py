@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from meshwire.control.informer.backoff import Backoff, BackoffPolicy
+from meshwire.control.informer.informer import RECONNECT
+from meshwire.control.reconcile.retries import Backoff, BackoffPolicy
 
 
 class FakeClock:
@@ -14,14 +15,14 @@ class FakeClock:
 
 
 def test_consecutive_failures_double_from_800ms_up_to_30s() -> None:
-    backoff = Backoff(clock=FakeClock())
+    backoff = Backoff(RECONNECT, clock=FakeClock())
     delays = [backoff.next_delay() for _ in range(9)]
     assert delays == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0, 30.0]
 
 
 def test_a_short_healthy_stretch_keeps_the_delay_growing() -> None:
     clock = FakeClock()
-    backoff = Backoff(clock=clock)
+    backoff = Backoff(RECONNECT, clock=clock)
     backoff.next_delay()
     backoff.next_delay()
     backoff.healthy()
@@ -31,7 +32,7 @@ def test_a_short_healthy_stretch_keeps_the_delay_growing() -> None:
 
 def test_a_connection_healthy_for_the_reset_period_starts_again_at_800ms() -> None:
     clock = FakeClock()
-    backoff = Backoff(clock=clock)
+    backoff = Backoff(RECONNECT, clock=clock)
     for _ in range(8):
         backoff.next_delay()
     backoff.healthy()
@@ -42,7 +43,7 @@ def test_a_connection_healthy_for_the_reset_period_starts_again_at_800ms() -> No
 
 def test_healthy_again_during_a_healthy_stretch_does_not_restart_it() -> None:
     clock = FakeClock()
-    backoff = Backoff(clock=clock)
+    backoff = Backoff(RECONNECT, clock=clock)
     backoff.next_delay()
     backoff.healthy()
     clock.now += 100.0

@@ -36,7 +36,7 @@ def test_restart_pod_gives_a_new_container_id_and_a_new_namespace(lab: Lab, tmp_
     before = state(lab)["pods"]["default/r1"]
     inode = os.stat(netns_path(before["netns"])).st_ino
 
-    assert lab.run("restart-pod", "r1", runtime=StubRuntime(tmp_path)) == 0
+    assert lab.run("restart-pod", "r1", "--wait", "0", runtime=StubRuntime(tmp_path)) == 0
 
     after = state(lab)["pods"]["default/r1"]
     assert after["container_id"] and after["container_id"] != before["container_id"]
@@ -55,7 +55,7 @@ def test_each_sandbox_has_its_own_netns_path_and_a_restart_retires_the_old_one(
     old = sandbox(lab, before)
     assert os.stat(old).st_ino == os.stat(netns_path(before["netns"])).st_ino
 
-    assert lab.run("restart-pod", "r1", runtime=StubRuntime(tmp_path)) == 0
+    assert lab.run("restart-pod", "r1", "--wait", "0", runtime=StubRuntime(tmp_path)) == 0
 
     after = state(lab)["pods"]["default/r1"]
     assert not os.path.lexists(old), "a late CNI call for the old sandbox would reach the new one"
@@ -63,7 +63,7 @@ def test_each_sandbox_has_its_own_netns_path_and_a_restart_retires_the_old_one(
 
 
 def test_move_pod_puts_it_on_the_other_node(lab: Lab, tmp_path: Path) -> None:
-    assert lab.run("move-pod", "r1", "node2", runtime=StubRuntime(tmp_path)) == 0
+    assert lab.run("move-pod", "r1", "node2", "--wait", "0", runtime=StubRuntime(tmp_path)) == 0
 
     assert state(lab)["pods"]["default/r1"]["node"] == "node2"
 
@@ -71,7 +71,7 @@ def test_move_pod_puts_it_on_the_other_node(lab: Lab, tmp_path: Path) -> None:
 def test_move_pod_to_an_unknown_node_is_refused(
     lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert lab.run("move-pod", "r1", "node9", runtime=StubRuntime(tmp_path)) == 1
+    assert lab.run("move-pod", "r1", "node9", "--wait", "0", runtime=StubRuntime(tmp_path)) == 1
 
     assert "node 'node9' is not one of node1, node2" in capsys.readouterr().err
 

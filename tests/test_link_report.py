@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from links_helpers import grpc_row, veth_row
 
@@ -10,6 +12,11 @@ from meshwire.control.reconcile.status import LinkStatus, State
 
 VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
 GRPC = grpc_row("/run/netns/a")
+GRPC = replace(
+    GRPC,
+    local=replace(GRPC.local, mac="02:00:00:00:00:01"),
+    peer=replace(GRPC.peer, mac="06:00:00:00:00:02"),
+)
 FAILED = LinkStatus(
     State.ERROR, "lab/5: r1:eth1: interface eth1 exists and meshwire did not create it", 4, True
 )
@@ -22,8 +29,18 @@ def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
         "link": "lab/5",
         "key": "lab/5/r1",
         "kind": "grpc",
-        "local": {"pod": "lab/r1", "intf": "eth1", "netns": "/run/netns/a"},
-        "peer": {"pod": "lab/r2", "intf": "eth1", "node_ip": "192.0.2.2"},
+        "local": {
+            "pod": "lab/r1",
+            "intf": "eth1",
+            "netns": "/run/netns/a",
+            "mac": "02:00:00:00:00:01",
+        },
+        "peer": {
+            "pod": "lab/r2",
+            "intf": "eth1",
+            "mac": "06:00:00:00:00:02",
+            "node_ip": "192.0.2.2",
+        },
         "state": "error",
         "error": FAILED.message,
         "attempts": 4,

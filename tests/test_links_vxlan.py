@@ -6,11 +6,23 @@ that node would have it as its own netns.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from links_helpers import Namespaces, links, namespaces, needs_root, pings, underlay, vxlan_row
+from links_helpers import (
+    Namespaces,
+    ip,
+    links,
+    namespaces,
+    needs_root,
+    netns_name,
+    pings,
+    underlay,
+    vxlan_row,
+)
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.errors import LinkError, SpecError
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]
@@ -71,3 +83,42 @@ def test_delete_is_idempotent(lab: tuple[Drivers, Drivers, str, str]) -> None:
     node1.delete(row)
     assert "eth1" not in links(p1)
     node1.delete(row)
+
+
+def test_a_vni_held_by_a_device_meshwire_did_not_create_is_a_spec_error_naming_it(
+    namespaces: Namespaces,
+) -> None:
+    n1, _ = underlay(namespaces)
+    p1 = namespaces.add("p1")
+    ip(
+        "-n",
+        netns_name(n1),
+        "link",
+        "add",
+        "other0",
+        "type",
+        "vxlan",
+        "id",
+        "6001",
+        "dstport",
+        "4789",
+        "remote",
+        "192.0.2.9",
+    )
+    node1 = Drivers(kernel_drivers(host_netns=n1))
+    with pytest.raises(
+        SpecError, match=r"VNI 6001 .* held by vxlan device 'other0'.* did not create"
+    ):
+        node1.update(vxlan_row(p1, "10.1.0.1/30", "192.0.2.2", vni=6001))
+    assert "eth1" not in links(p1)
+    assert "other0" in ip("-n", netns_name(n1), "link", "show", "other0")
+
+
+def test_a_vni_held_by_meshwires_own_old_device_is_transient(
+    lab: tuple[Drivers, Drivers, str, str], namespaces: Namespaces
+) -> None:
+    node1, _, _, _ = lab
+    p3 = namespaces.add("p3")
+    row = vxlan_row(p3, "10.1.0.5/30", "192.0.2.2")
+    with pytest.raises(LinkError, match="EEXIST"):
+        node1.update(dataclasses.replace(row, uid=8))

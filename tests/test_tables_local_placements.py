@@ -10,6 +10,7 @@ includes the write, or once the write is dropped.
 from __future__ import annotations
 
 from reconciler_helpers import NODE
+from slot_helpers import HashedSlots
 
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
 from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
@@ -170,7 +171,7 @@ def test_a_replayed_stale_status_does_not_move_the_pods_links() -> None:
         )
     )
     links = new_links_table()
-    desired = DesiredLinks(table, links, NODE)
+    desired = DesiredLinks(table, links, NODE, HashedSlots())
     desired.step()
     before = links.revision
     (row,) = links.values()

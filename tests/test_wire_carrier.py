@@ -15,6 +15,7 @@ from dataplane_helpers import make_pod, netns_prefix, sh
 from wire_helpers import DATA_PORT, PerfectPool, grpc_row
 
 from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.tables.links import End
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.state import Wire, offer
 from meshwire.control.wire.types import TapRef
@@ -63,6 +64,36 @@ def test_carrier_follows_the_far_end(prefix: str) -> None:
         moved = grpc_row(1, "r1", "r2", "169.254.0.13", netns=pod.path)
         manager.attach(moved, TapRef((1, 1), 1), None)
         assert not carrier(pod.netns)
+    finally:
+        manager.close()
+        os.close(pod.fd)
+
+
+def test_a_tap_new_to_the_manager_is_announced_once_its_carrier_is_on(prefix: str) -> None:
+    # Before the carrier nothing can leave the TAP; a carrier back on the same
+    # TAP is no new interface, a new TAP (the pod restarted) is.
+    pod = make_pod(prefix, "a", "10.0.0.1/24")
+    pool = PerfectPool()
+    announced: list[End] = []
+    manager = WireManager("169.254.0.11", True, pool, WorkQueue(), announced.append)
+    pool.desired = manager.desired
+    row = grpc_row(1, "r1", "r2", FAR, netns=pod.path)
+    far = grpc_row(1, "r2", "r1", "169.254.0.11")
+    far_offer = offer(Wire(far, TapRef((9, 9), 9), -1, 1), DATA_PORT)
+    gone = [meshwire_pb2.WireEnd(namespace="lab", uid=1, pod="r1")]
+    try:
+        manager.attach(row, TapRef((1, 1), 1), os.dup(pod.fd))
+        assert announced == []
+        manager.offered(FAR, True, [far_offer])
+        assert carrier(pod.netns) and announced == [row.local]
+
+        manager.withdrawn(FAR, gone)
+        manager.offered(FAR, True, [far_offer])
+        assert carrier(pod.netns) and announced == [row.local]
+
+        restarted = grpc_row(1, "r1", "r2", FAR, netns="/run/netns/r1-restarted")
+        manager.attach(restarted, TapRef((1, 2), 2), os.dup(pod.fd))
+        assert announced == [row.local, restarted.local]
     finally:
         manager.close()
         os.close(pod.fd)

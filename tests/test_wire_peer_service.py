@@ -24,6 +24,7 @@ from peer_helpers import (
     Run,
     run_node,
 )
+from slot_helpers import slot
 
 from meshwire.control.reconcile.ids import UID_LIMIT, wire_id
 from meshwire.proto import meshwire_pb2
@@ -34,7 +35,7 @@ __all__ = ["namespaces"]
 # The port of PEER_NODE's worker that owns r1's end.
 PEER_DATA_PORT = 7100
 # r1's wire id, which frames this node sends for the wire carry.
-FAR_WIRE_ID = wire_id("lab", 3, "r1", "r2")
+FAR_WIRE_ID = wire_id(slot("lab"), 3, "r1", "r2")
 OUR_END = {"namespace": "lab", "uid": 3, "pod": "r2"}
 
 Node = Callable[..., Run]
@@ -58,7 +59,7 @@ def offer(
     return meshwire_pb2.WireOffer(
         local=meshwire_pb2.WireEnd(namespace=namespace, uid=uid, pod=pod),
         peer_pod=peer_pod,
-        wire_id=wire_id(namespace, uid, pod, peer_pod) if 0 < uid < UID_LIMIT else 0,
+        wire_id=wire_id(slot(namespace), uid, pod, peer_pod) if 0 < uid < UID_LIMIT else 0,
         data_port=PEER_DATA_PORT,
     )
 

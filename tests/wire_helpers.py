@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from slot_helpers import slot
+
 from meshwire.control.reconcile.ids import wire_id
 from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.tables.links import End, LinkKind, LinkRow
@@ -39,7 +41,7 @@ def grpc_row(uid: int, pod: str, peer: str, peer_node_ip: str, netns: str = "") 
         End(peer, "", "eth1", "10.0.0.2/24"),
         1500,
         peer_node_ip,
-        wire_id=wire_id(NS, uid, pod, peer),
+        wire_id=wire_id(slot(NS), uid, pod, peer),
     )
 
 

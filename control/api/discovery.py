@@ -8,10 +8,18 @@ from typing import Any
 
 from aiohttp import web
 
+from meshwire.control.api import jsonio
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from meshwire.control.reconcile import slots
 
 _GROUP_VERSION = {"groupVersion": API_VERSION, "version": VERSION}
 _GROUP = {"name": GROUP, "versions": [_GROUP_VERSION], "preferredVersion": _GROUP_VERSION}
+_ID_GROUP_VERSION = {"groupVersion": slots.API_VERSION, "version": slots.VERSION}
+_ID_GROUP = {
+    "name": slots.GROUP,
+    "versions": [_ID_GROUP_VERSION],
+    "preferredVersion": _ID_GROUP_VERSION,
+}
 
 DOCUMENTS: dict[str, dict[str, Any]] = {
     "/version": {
@@ -21,8 +29,23 @@ DOCUMENTS: dict[str, dict[str, Any]] = {
         "platform": "linux/embedded",
     },
     "/api": {"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"]},
-    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_GROUP]},
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_GROUP, _ID_GROUP]},
     f"/apis/{GROUP}": {"kind": "APIGroup", "apiVersion": "v1", **_GROUP},
+    f"/apis/{slots.GROUP}": {"kind": "APIGroup", "apiVersion": "v1", **_ID_GROUP},
+    f"/apis/{slots.API_VERSION}": {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": slots.API_VERSION,
+        "resources": [
+            {
+                "name": slots.PLURAL,
+                "singularName": slots.KIND.lower(),
+                "namespaced": False,
+                "kind": slots.KIND,
+                "verbs": ["create", "delete", "get", "list", "update", "watch"],
+            }
+        ],
+    },
     f"/apis/{API_VERSION}": {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -64,7 +87,7 @@ def routes() -> list[web.RouteDef]:
 
 def _document(body: dict[str, Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(_: web.Request) -> web.Response:
-        return web.json_response(body)
+        return jsonio.response(body)
 
     return handler
 

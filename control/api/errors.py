@@ -8,20 +8,39 @@ watch, the object of its `ERROR` event.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from meshwire.control.model.topology import GROUP, PLURAL
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """What an error is about, as its `details` and messages name it."""
+
+    plural: str
+    group: str
+
+
+TOPOLOGIES = Resource(PLURAL, GROUP)
 
 
 class ApiError(Exception):
     code = 500
     reason = "InternalError"
 
-    def __init__(self, message: str, name: str = "", causes: list[dict[str, str]] | None = None):
+    def __init__(
+        self,
+        message: str,
+        name: str = "",
+        causes: list[dict[str, str]] | None = None,
+        resource: Resource = TOPOLOGIES,
+    ):
         super().__init__(message)
         self.message = message
         self.name = name
         self.causes = causes or []
+        self.resource = resource
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -34,7 +53,10 @@ class ApiError(Exception):
             "code": self.code,
         }
         if self.name or self.causes:
-            details: dict[str, Any] = {"group": GROUP, "kind": PLURAL}
+            details: dict[str, Any] = {
+                "group": self.resource.group,
+                "kind": self.resource.plural,
+            }
             if self.name:
                 details["name"] = self.name
             if self.causes:
@@ -85,19 +107,25 @@ class Invalid(ApiError):
     reason = "Invalid"
 
 
-def not_found(name: str) -> NotFound:
-    return NotFound(f'{PLURAL}.{GROUP} "{name}" not found', name)
+def not_found(name: str, resource: Resource = TOPOLOGIES) -> NotFound:
+    return NotFound(
+        f'{resource.plural}.{resource.group} "{name}" not found', name, resource=resource
+    )
 
 
-def already_exists(name: str) -> AlreadyExists:
-    return AlreadyExists(f'{PLURAL}.{GROUP} "{name}" already exists', name)
+def already_exists(name: str, resource: Resource = TOPOLOGIES) -> AlreadyExists:
+    return AlreadyExists(
+        f'{resource.plural}.{resource.group} "{name}" already exists', name, resource=resource
+    )
 
 
-def conflict(name: str) -> Conflict:
+def conflict(name: str, resource: Resource = TOPOLOGIES) -> Conflict:
     return Conflict(
-        f'Operation cannot be fulfilled on {PLURAL}.{GROUP} "{name}": the object has been '
-        "modified; please apply your changes to the latest version and try again",
+        f'Operation cannot be fulfilled on {resource.plural}.{resource.group} "{name}": the '
+        "object has been modified; please apply your changes to the latest version and try "
+        "again",
         name,
+        resource=resource,
     )
 
 

@@ -2,8 +2,10 @@
 
 It serves the subset of kube-apiserver that the official `kubernetes` client's
 `CustomObjectsApi` (sync and `kubernetes.aio`) uses for
-`networkop.co.uk/v1beta1` `topologies` (see `handlers`), plus discovery
-documents, from one SQLite file (see `store`). Nothing is authenticated: it
+`networkop.co.uk/v1beta1` `topologies` (see `handlers`) and the daemons'
+cluster-scoped `meshwire.dev/v1alpha1` `idallocations` (see `idallocations`),
+plus discovery documents, from one SQLite file (see `store`; each resource has
+its own tables and resourceVersion sequence). Nothing is authenticated: it
 listens on loopback or a lab's private addresses only.
 
 Test knobs let a test break things the way a real API server or network does:
@@ -27,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from meshwire.control.api import discovery, errors
+from meshwire.control.api import discovery, errors, idallocations, jsonio
 from meshwire.control.api.handlers import TopologyHandlers
 from meshwire.control.api.store import Store
 from meshwire.control.api.watch import Broadcaster
@@ -60,6 +62,8 @@ class ApiServer:
         self.hung = False
         self._store: Store | None = None
         self._broadcaster = Broadcaster()
+        self._id_store: Store | None = None
+        self._id_broadcaster = Broadcaster()
         self._runner: web.AppRunner | None = None
         self._compactor: asyncio.Task[None] | None = None
 
@@ -69,7 +73,7 @@ class ApiServer:
 
     @property
     def open_watches(self) -> int:
-        return len(self._broadcaster)
+        return len(self._broadcaster) + len(self._id_broadcaster)
 
     @property
     def store(self) -> Store:
@@ -88,6 +92,17 @@ class ApiServer:
         app = web.Application(middlewares=[self._delay_middleware, _status_middleware])
         app.add_routes(discovery.routes())
         app.add_routes(handlers.routes())
+        self._id_store = Store(
+            self.db_path,
+            listener=self._id_broadcaster.publish,
+            table_prefix=idallocations.TABLE_PREFIX,
+            resource=idallocations.RESOURCE,
+        )
+        app.add_routes(
+            idallocations.IdAllocationHandlers(
+                self._id_store, self._id_broadcaster, bookmark_interval=self.bookmark_interval
+            ).routes()
+        )
         if self.knobs_enabled:
             app.add_routes(
                 [web.post("/debug/knobs", self._knobs), web.get("/debug/knobs", self._knobs)]
@@ -113,14 +128,16 @@ class ApiServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        for store in (self._store, self._id_store):
+            if store is not None:
+                store.close()
+        self._store = self._id_store = None
 
     # -- test knobs -------------------------------------------------------------
 
     def drop_watches(self) -> None:
         self._broadcaster.close_all()
+        self._id_broadcaster.close_all()
 
     def compact(self) -> None:
         self.store.compact(self.store.resource_version)
@@ -139,14 +156,16 @@ class ApiServer:
 
     async def _end_watches(self, _: web.Application) -> None:
         # Runs once the listening socket is closed, so no new watch can start after it.
-        self._broadcaster.close_all()
+        self.drop_watches()
 
     async def _compact_periodically(self) -> None:
-        previous = self.store.resource_version
+        stores = [s for s in (self._store, self._id_store) if s is not None]
+        previous = [store.resource_version for store in stores]
         while True:
             await asyncio.sleep(self.compaction_interval)
-            self.store.compact(previous)
-            previous = self.store.resource_version
+            for store, rv in zip(stores, previous, strict=True):
+                store.compact(rv)
+            previous = [store.resource_version for store in stores]
 
     @web.middleware
     async def _delay_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -174,7 +193,7 @@ class ApiServer:
                 self.drop_watches()
             if body.get("compact"):
                 self.compact()
-        return web.json_response(
+        return jsonio.response(
             {
                 "delay_ms": self.delay * 1000,
                 "hang_watches": self.hung,
@@ -191,11 +210,11 @@ async def _status_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         return await handler(request)
     except errors.ApiError as e:
-        return web.json_response(e.status(), status=e.code)
+        return jsonio.response(e.status(), status=e.code)
     except web.HTTPNotFound:
         error: errors.ApiError = errors.NotFound(
             f"the server could not find the requested resource ({request.path})"
         )
     except web.HTTPMethodNotAllowed:
         error = errors.MethodNotAllowed(f"{request.method} is not supported on {request.path}")
-    return web.json_response(error.status(), status=error.code)
+    return jsonio.response(error.status(), status=error.code)

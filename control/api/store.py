@@ -1,8 +1,9 @@
-"""Topology objects and their history in one SQLite file (stdlib sqlite3, WAL).
+"""Objects of one resource and their history in a SQLite file (stdlib sqlite3, WAL).
 
 The store is the embedded API's etcd: objects keyed (namespace, name) and kept
 as JSON, one global resourceVersion that every write bumps, and a history of
 events from which watches resume and paged lists read a consistent snapshot.
+A cluster-scoped object has no `metadata.namespace` and is keyed ("", name).
 
 Contracts the server and its clients rely on:
 - resourceVersion is an integer that only grows, across restarts of the same
@@ -26,7 +27,6 @@ All calls come from one thread (the server's event loop); nothing here locks.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from meshwire.control.api import errors
+from meshwire.control.api import errors, jsonio
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -46,14 +46,14 @@ SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp", "generation", 
 Key = tuple[str, str]
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS objects (
+CREATE TABLE IF NOT EXISTS {p}meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS {p}objects (
     namespace TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (namespace, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE IF NOT EXISTS {p}events (
     rv INTEGER PRIMARY KEY, type TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     body TEXT NOT NULL, prev TEXT);
-INSERT OR IGNORE INTO meta VALUES ('rv', 0), ('floor', 0);
+INSERT OR IGNORE INTO {p}meta VALUES ('rv', 0), ('floor', 0);
 """
 
 
@@ -84,12 +84,12 @@ def _now() -> datetime:
 
 
 def _dumps(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    return jsonio.dumps(obj)
 
 
 def _key(obj: dict[str, Any]) -> Key:
     meta = obj["metadata"]
-    return meta["namespace"], meta["name"]
+    return meta.get("namespace", ""), meta["name"]
 
 
 def _user_view(obj: dict[str, Any]) -> dict[str, Any]:
@@ -105,11 +105,20 @@ class Store:
         *,
         listener: Listener | None = None,
         clock: Callable[[], datetime] = _now,
+        table_prefix: str = "",
+        resource: errors.Resource = errors.TOPOLOGIES,
     ) -> None:
+        """`table_prefix` names this store's tables in the file, so that one file can
+        hold a store per resource (each with its own resourceVersion sequence);
+        `resource` is what its errors name."""
+        self.resource = resource
+        self._objects = f"{table_prefix}objects"
+        self._events = f"{table_prefix}events"
+        self._metatable = f"{table_prefix}meta"
         self._db = sqlite3.connect(path, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA.format(p=table_prefix))
         self.listener = listener
         self._clock = clock
 
@@ -129,9 +138,9 @@ class Store:
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         row = self._db.execute(
-            "SELECT body FROM objects WHERE namespace = ? AND name = ?", (namespace, name)
+            f"SELECT body FROM {self._objects} WHERE namespace = ? AND name = ?", (namespace, name)
         ).fetchone()
-        return None if row is None else dict(json.loads(row[0]))
+        return None if row is None else dict(jsonio.loads(row[0]))
 
     def list_page(
         self,
@@ -157,11 +166,14 @@ class Store:
         # The state at rv of every key changed since: the `prev` of its first later event.
         then: dict[Key, str | None] = {}
         for ns, name, prev in self._db.execute(
-            "SELECT namespace, name, prev FROM events WHERE rv > ? ORDER BY rv", (rv,)
+            f"SELECT namespace, name, prev FROM {self._events} WHERE rv > ? ORDER BY rv", (rv,)
         ):
             then.setdefault((ns, name), prev)
         where, args = self._range(namespace, after)
-        sql = f"SELECT namespace, name, body FROM objects WHERE {where} ORDER BY namespace, name"
+        sql = (
+            f"SELECT namespace, name, body FROM {self._objects} WHERE {where} "
+            "ORDER BY namespace, name"
+        )
         if limit:
             # Unchanged rows come first in key order; fetching this many leaves
             # at least limit + 1 of them after dropping the changed keys.
@@ -182,7 +194,7 @@ class Store:
         more = bool(limit) and len(rows) > limit
         if more:
             rows = rows[:limit]
-        items = [dict(json.loads(body)) for _, body in rows]
+        items = [dict(jsonio.loads(body)) for _, body in rows]
         return Page(items=items, rv=rv, last=rows[-1][0] if more else None)
 
     def events_after(self, rv: int) -> list[Event]:
@@ -191,9 +203,9 @@ class Store:
         if rv < floor:
             raise errors.Expired(f"too old resource version: {rv} ({floor})")
         return [
-            Event(type_, event_rv, json.loads(body))
+            Event(type_, event_rv, jsonio.loads(body))
             for event_rv, type_, body in self._db.execute(
-                "SELECT rv, type, body FROM events WHERE rv > ? ORDER BY rv", (rv,)
+                f"SELECT rv, type, body FROM {self._events} WHERE rv > ? ORDER BY rv", (rv,)
             )
         ]
 
@@ -203,7 +215,7 @@ class Store:
         """Stores a new object; `metadata.namespace` and `metadata.name` must be set."""
         namespace, name = _key(obj)
         if self.get(namespace, name) is not None:
-            raise errors.already_exists(name)
+            raise errors.already_exists(name, self.resource)
         meta = {k: v for k, v in obj["metadata"].items() if k not in SERVER_METADATA}
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self._clock().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -254,14 +266,16 @@ class Store:
         if floor <= self.floor:
             return
         self._db.execute("BEGIN IMMEDIATE")
-        self._db.execute("DELETE FROM events WHERE rv <= ?", (floor,))
-        self._db.execute("UPDATE meta SET value = ? WHERE key = 'floor'", (floor,))
+        self._db.execute(f"DELETE FROM {self._events} WHERE rv <= ?", (floor,))
+        self._db.execute(f"UPDATE {self._metatable} SET value = ? WHERE key = 'floor'", (floor,))
         self._db.execute("COMMIT")
 
     # -- internals ------------------------------------------------------------
 
     def _meta(self, key: str) -> int:
-        value: int = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()[0]
+        value: int = self._db.execute(
+            f"SELECT value FROM {self._metatable} WHERE key = ?", (key,)
+        ).fetchone()[0]
         return value
 
     def _range(self, namespace: str | None, after: Key | None) -> tuple[str, tuple[str, ...]]:
@@ -276,17 +290,18 @@ class Store:
     def _current(self, namespace: str, name: str, preconditions: dict[str, Any]) -> dict[str, Any]:
         old = self.get(namespace, name)
         if old is None:
-            raise errors.not_found(name)
+            raise errors.not_found(name, self.resource)
         meta = old["metadata"]
         want_rv = preconditions.get("resourceVersion") or ""
         if want_rv and str(want_rv) != meta["resourceVersion"]:
-            raise errors.conflict(name)
+            raise errors.conflict(name, self.resource)
         want_uid = preconditions.get("uid") or ""
         if want_uid and want_uid != meta["uid"]:
             raise errors.Conflict(
                 f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: "
                 f"{meta['uid']}",
                 name,
+                resource=self.resource,
             )
         return old
 
@@ -301,17 +316,19 @@ class Store:
             body = _dumps(obj)
             if type_ == DELETED:
                 self._db.execute(
-                    "DELETE FROM objects WHERE namespace = ? AND name = ?", (namespace, name)
+                    f"DELETE FROM {self._objects} WHERE namespace = ? AND name = ?",
+                    (namespace, name),
                 )
             else:
                 self._db.execute(
-                    "INSERT OR REPLACE INTO objects VALUES (?, ?, ?)", (namespace, name, body)
+                    f"INSERT OR REPLACE INTO {self._objects} VALUES (?, ?, ?)",
+                    (namespace, name, body),
                 )
             self._db.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO {self._events} VALUES (?, ?, ?, ?, ?, ?)",
                 (rv, type_, namespace, name, body, None if prev is None else _dumps(prev)),
             )
-            self._db.execute("UPDATE meta SET value = ? WHERE key = 'rv'", (rv,))
+            self._db.execute(f"UPDATE {self._metatable} SET value = ? WHERE key = 'rv'", (rv,))
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from meshwire.control.model.names import interface_name_problem
+
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]
 
 _CONTAINER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
-_MAX_IFNAME_BYTES = 15
 _VALID_ATTACHMENT_FIELDS = ("cni.dev/valid-attachments", "cni.dev/attachments")
 
 
@@ -187,18 +188,9 @@ def _command(text: str) -> Command:
 
 
 def _check_ifname(ifname: str) -> None:
-    size = len(ifname.encode("utf-8", "surrogateescape"))
-    bad = (
-        size > _MAX_IFNAME_BYTES
-        or ifname in (".", "..")
-        or any(c == "/" or c == ":" or c.isspace() for c in ifname)
-    )
-    if bad:
-        raise CniError(
-            ErrorCode.INVALID_ENV,
-            f"CNI_IFNAME {ifname!r} is not an interface name",
-            "at most 15 bytes, not '.' or '..', no '/', ':' or whitespace",
-        )
+    problem = interface_name_problem(ifname)
+    if problem:
+        raise CniError(ErrorCode.INVALID_ENV, f"CNI_IFNAME: {problem}")
 
 
 def _pod(cni_args: str) -> PodRef | None:

@@ -1,13 +1,16 @@
 """The node daemon's control process: wires informer, tables, reconcilers and endpoints.
 
     informer ─▶ topologies ─▶ desired links ─▶ links table ─▶ link reconciler ─▶ drivers
-        ▲                          │ problems         statuses │
+        ▲            └▶ slot keeper ─▶┘ (id slots)
+        │                          │ problems         statuses │
         └── status writer ◀── plumbing_error ◀────────────────┘
+    slot keeper ◀─▶ IdAllocation object in the API (claims and frees namespace slots)
     CNI endpoint ─▶ topologies (placement) ; /healthz /readyz /metrics
     grpc rows: driver ─▶ wire stack (manager, workers, handshakes, Peer service)
 
 Start-up order makes pruning safe: the links table is marked initialized only
-after the informer's first list has been applied and derived, and pruning
+after the informer's first list has been applied and the id slots read
+(cross-node links need them), and derived, and pruning
 waits for every row of that moment to be attempted once.
 
 Its listen ports (metrics, and the wire's workers and Peer service) are
@@ -36,10 +39,12 @@ from meshwire.control.config import Config
 from meshwire.control.daemon import reserved_ports
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
+from meshwire.control.daemon.link_counters import read_counters
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.sandbox_store import SandboxStore
+from meshwire.control.daemon.slot_keeper import SlotKeeper
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.links.driver import Drivers, KindDriver
@@ -82,7 +87,15 @@ class Daemon:
         )
         self.topologies = TopologyTable()
         self.links = new_links_table()
-        self.desired = DesiredLinks(self.topologies, self.links, self.node)
+        self.slots = SlotKeeper(
+            self.topologies,
+            vni_base=config.vxlan.vni_base,
+            on_change=self._slots_changed,
+            namespace=config.api.namespace,
+            request_timeout=config.api.request_timeout,
+            watch_timeout=config.api.watch_timeout,
+        )
+        self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots)
         # Only a grpc node runs the wire stack: derivation makes grpc rows nowhere else.
         self.wire = WireStack(config) if config.inter_node_link_type == "grpc" else None
         drivers: dict[LinkKind, KindDriver] = {
@@ -125,6 +138,9 @@ class Daemon:
             return f"topologies: {error}"
         if denied := self._write_denied():
             return f"status writes: {denied}"
+        if not self.slots.synced.is_set():
+            error = self.slots.last_error
+            return f"id slots not read: {error}" if error else "id slots not read"
         if not self.reconciler.initial_done.is_set():
             return "initial reconciliation not complete"
         if self.wire is not None and not self.wire.started:
@@ -155,6 +171,7 @@ class Daemon:
         self._sync_error = lambda: informer.stats.last_error
         status = self.status
         self._write_denied = lambda: status.denied
+        self.slots.view_healthy = lambda: not informer.stats.last_error
         self.metrics.attach(
             StateView(
                 queue_depth=lambda: self.queue.depth,
@@ -187,7 +204,7 @@ class Daemon:
             self.config.metrics.listen,
             self.metrics.registry,
             self.not_ready,
-            lambda state: link_report(self.links.values(), self.reconciler.statuses, state),
+            self._link_report,
         )
         if self.config.reserve_ports:
             # In this thread: /proc/sys/net is the namespace of the thread that opens it.
@@ -201,6 +218,7 @@ class Daemon:
         self.status.start()
         tasks = [
             asyncio.create_task(informer.run(), name="informer"),
+            asyncio.create_task(self.slots.run(api), name="slots"),
             asyncio.create_task(self._derive_loop(placements), name="derive"),
             asyncio.create_task(self.reconciler.run(), name="reconciler"),
             asyncio.create_task(self._full_pass_loop(), name="full-pass"),
@@ -238,6 +256,12 @@ class Daemon:
             await health.stop()
             await api.close()  # type: ignore[no-untyped-call]
 
+    async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
+        """`/links`: the rows are taken here, on the loop; counters read on a thread."""
+        rows = list(self.links.values())
+        read = await asyncio.to_thread(read_counters, rows) if counters else None
+        return link_report(rows, self.reconciler.statuses, state, read)
+
     async def _listen(self, health: HealthServer) -> None:
         """Open the metrics port, then the wire's (workers, Peer service), each waited for."""
         metrics = f"metrics.listen {self.config.metrics.listen}"
@@ -248,6 +272,7 @@ class Daemon:
 
     async def _derive_loop(self, placements: PlacementKeeper) -> None:
         await self.topologies.wait_initialized()
+        await self.slots.synced.wait()
         placements.start()
         self._dirty_pods |= self.desired.step()
         self.links.mark_initialized()
@@ -271,6 +296,7 @@ class Daemon:
             self.reconciler.verify_all()
             if self.wire is not None:
                 self.wire.manager.verify_all()
+            self.metrics.full_passes.inc()
 
     async def _prune(self) -> None:
         namespaces = {
@@ -281,6 +307,9 @@ class Daemon:
         removed = await prune(self.reconciler, self.driver, namespaces)
         if removed:
             self.metrics.pruned.inc(removed)
+
+    def _slots_changed(self, namespaces: set[str]) -> None:
+        self._dirty_pods |= self.desired.rederive_namespaces(namespaces)
 
     # -- plumbing_error -------------------------------------------------------
 

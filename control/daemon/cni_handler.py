@@ -43,6 +43,7 @@ from meshwire.control.daemon.placements import PlacementKeeper, write_placement
 from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
+from meshwire.control.reconcile.retries import Backoff, BackoffPolicy
 from meshwire.control.reconcile.status import LinkStatus, State
 from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
@@ -54,8 +55,7 @@ log = logging.getLogger(__name__)
 # enough that a slow netlink burst does not call for more. A higher cap shows
 # up directly in the pod's start time: at 200 ms, links realised after 160 ms
 # were only seen at 310 ms.
-POLL_MIN = 0.01
-POLL_MAX = 0.05
+POLL = BackoffPolicy(initial=0.01, maximum=0.05)
 # A status write already on its way gets at least this long, even when the
 # links took all of `cni.add_timeout`.
 WRITE_GRACE = 0.5
@@ -231,7 +231,7 @@ class DaemonCniHandler:
 
     async def _wait_links(self, pod_key: str, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        delay = POLL_MIN
+        polls = Backoff(POLL, loop.time)
         while True:
             converging, errors = self._progress(pod_key)
             if not converging:
@@ -244,5 +244,4 @@ class DaemonCniHandler:
                     f"pod {pod_key}: links not realised within {self.add_timeout:g}s"
                     + (f": {'; '.join(errors)}" if errors else ""),
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, POLL_MAX)
+            await asyncio.sleep(polls.next_delay())

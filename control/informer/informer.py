@@ -34,19 +34,20 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import ClientResponse
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
 
+from meshwire.control.config import ApiConfig, default
 from meshwire.control.informer.apply import Outcome, Snapshot, apply_event, apply_snapshot
-from meshwire.control.informer.backoff import Backoff, BackoffPolicy, Clock
 from meshwire.control.informer.failure import describe
 from meshwire.control.informer.sink import TopologySink
 from meshwire.control.informer.stats import InformerStats
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
+from meshwire.control.reconcile.retries import Backoff, BackoffPolicy, Clock
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,13 @@ NOT_SERVED = (
 )
 
 
+# Reconnects wait 800 ms doubling to 30 s, client-go's reflector's numbers: quick
+# enough that a blip costs under a second, slow enough that a thousand nodes do
+# not hammer an API server that is down. A connection healthy for two minutes
+# earns a fresh start, so one failure after a long quiet run waits 800 ms again.
+RECONNECT = BackoffPolicy(initial=0.8, maximum=30.0, reset_after=120.0)
+
+
 @dataclass(frozen=True, slots=True)
 class InformerOptions:
     """How the informer talks to the API; defaults mirror the `api.*` config keys."""
@@ -73,13 +81,13 @@ class InformerOptions:
     page_size: int = 500
     # Client timeout (s) of a list page, and the grace past `watch_timeout`
     # after which the client abandons a watch the server did not end.
-    request_timeout: float = 30.0
+    request_timeout: float = default(ApiConfig, "request_timeout")
     # Server-side timeoutSeconds of a watch. It also bounds, with
     # `request_timeout`, how long a half-open connection goes unnoticed, so the
     # client timeout of a watch (their sum) always exceeds the server's
     # timeout and its bookmark interval.
-    watch_timeout: int = 300
-    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    watch_timeout: int = default(ApiConfig, "watch_timeout")
+    backoff: BackoffPolicy = RECONNECT
 
 
 class Expired(Exception):

@@ -37,17 +37,20 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--dir", help="lab directory (default: /run/meshwire-lab/NAME)")
         return p
 
+    def wait_option(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument(
+            "--wait",
+            type=float,
+            default=LINKS_TIMEOUT,
+            help=f"seconds to wait for {what} (default: {LINKS_TIMEOUT:.0f}; 0: none)",
+        )
+
     p = command("up", "build the lab from a lab file")
     p.add_argument("file", type=Path, help="meshnet Topology YAML, containerlab or KNE file")
     p.add_argument("--nodes", type=int, default=2, help="simulated nodes (default: 2)")
     p.add_argument("--placement", type=Path, help="YAML/JSON mapping `pod: node`")
     p.add_argument("--config", type=Path, help="daemon config every node starts from")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=LINKS_TIMEOUT,
-        help=f"seconds to wait for every link end to be up (default: {LINKS_TIMEOUT:.0f}; 0: none)",
-    )
+    wait_option(p, "every link end to be up")
     p.add_argument(
         "--no-daemon", action="store_true", help="nodes, pods and API only: no daemons, no CNI"
     )
@@ -62,9 +65,11 @@ def parser() -> argparse.ArgumentParser:
     command("check", "prove every link carries traffic")
     p = command("restart-pod", "CNI DEL, new netns, CNI ADD with a new container id")
     p.add_argument("pod")
+    wait_option(p, "the pod's links to be up at both ends")
     p = command("move-pod", "CNI DEL on the pod's node, CNI ADD on another")
     p.add_argument("pod")
     p.add_argument("node")
+    wait_option(p, "the pod's links to be up at both ends")
     p = command("kill-daemon", "SIGKILL a node's daemon and start it again")
     p.add_argument("node")
     command("kill-api", "SIGKILL the embedded API and start it again")
@@ -72,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p.add_argument("--seconds", type=float, default=5.0, help="how long (default 5)")
     command("down", "remove everything the lab made")
+    # Listed for --help; `meshwire lab graph` is dispatched to control/graph/command.py.
+    command("graph", "a picture of the lab (.svg .dot .mmd .json), or a live page (--serve)")
     return top
 
 
@@ -130,9 +137,9 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
         print(tally(results))
         return 1 if any(not r.ok for r in results) else 0
     if args.command == "restart-pod":
-        print(restart_pod(lab, state, chosen, args.pod))
+        print(restart_pod(lab, state, chosen, args.pod, args.wait))
     elif args.command == "move-pod":
-        print(move_pod(lab, state, chosen, args.pod, args.node))
+        print(move_pod(lab, state, chosen, args.pod, args.node, args.wait))
     elif args.command == "kill-daemon":
         print(kill_daemon(lab, state, chosen, args.node))
     elif args.command == "kill-api":

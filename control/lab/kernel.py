@@ -1,4 +1,4 @@
-"""Link ends as the kernel sees them: does the interface exist, is it up, its MTU and counters.
+"""Link ends as the kernel sees them: does the interface exist, is it up, its MTU, MAC and counters.
 
 Read fresh on every call (realised state is never cached). A missing
 namespace or interface is a normal answer (`exists=False`), not an error.
@@ -29,6 +29,7 @@ class EndState:
     rx_dropped: int = 0
     tx_dropped: int = 0
     mtu: int = 0
+    mac: str = ""
 
 
 MISSING = EndState(exists=False)
@@ -52,6 +53,7 @@ def _state(link: Any) -> EndState:
         rx_dropped=int(stats.get("rx_dropped", 0)),
         tx_dropped=int(stats.get("tx_dropped", 0)),
         mtu=int(link.get_attr("IFLA_MTU") or 0),
+        mac=link.get_attr("IFLA_ADDRESS") or "",
     )
 
 
@@ -68,11 +70,6 @@ def netns_ends(ns: str) -> dict[str, EndState]:
         return netns.in_netns(ns, read)
     except FileNotFoundError:
         return {}
-
-
-def end_state(ns: str, intf: str) -> EndState:
-    """The interface `intf` in namespace `ns` (name or path)."""
-    return netns_ends(ns).get(intf, MISSING)
 
 
 class Ends:

@@ -1,10 +1,9 @@
-"""The lab's one netns helper: create and delete named namespaces, run code inside one.
+"""The lab's named namespaces: create and delete them, run code inside one by name.
 
-`in_netns` runs a function in a fresh thread that `setns()`s into the namespace
-first; only that thread moves, so the calling process stays in its own
-namespace, and a socket the function creates keeps the namespace it was made
-in (callers use that to listen or send inside a namespace from the host).
-pyroute2's own `netns=` forks, which the preamble warns against; this does not.
+`in_netns` and `socket_in` resolve a lab name to its path and enter it through
+`netns_thread.call_in_netns` (a thread that `setns()`s, so nothing forks); a
+socket made inside keeps its namespace (callers use that to listen or send
+inside a namespace from the host).
 
 Named namespaces are the files `ip netns` manages under /var/run/netns, made
 and removed with `ip netns add/del`, so `ip netns` lists exactly what exists.
@@ -12,33 +11,18 @@ and removed with `ip netns add/del`, so `ip netns` lists exactly what exists.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import NETNS_DIR, netns_path
+from meshwire.dataplane.netns_thread import call_in_netns
 
-CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def setns(path: str) -> None:
-    """Move the calling thread into the network namespace at `path` (a file path)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({path}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
 
 
 def resolve(netns: str) -> str:
@@ -51,22 +35,7 @@ def in_netns(netns: str, fn: Callable[[], T]) -> T:
 
     A missing namespace raises FileNotFoundError naming the path.
     """
-    result: list[T] = []
-    error: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            setns(resolve(netns))
-            result.append(fn())
-        except BaseException as exc:
-            error.append(exc)
-
-    thread = threading.Thread(target=run, name=f"netns:{netns}")
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return result[0]
+    return call_in_netns(resolve(netns), fn)
 
 
 def socket_in(netns: str | None, family: int, kind: int, proto: int = 0) -> socket.socket:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from meshwire.control.lab.netns import resolve, setns
+from meshwire.control.lab.netns import resolve
+from meshwire.dataplane.netns_thread import setns
 
 USAGE = "usage: python -m meshwire.control.lab.nsexec NETNS -- CMD [ARGS...]"
 

@@ -2,8 +2,9 @@
 dies, the API server restarts, a node drops off the network for a while.
 
 Each operation records its effect in the state file as it goes, so `down`
-stays exact. Without daemons (`up --no-daemon`) the pod operations only redo
-the namespaces.
+stays exact. A pod operation returns once every link of the pod is up at both
+ends (bounded by its `wait`), so the next command meets a wired pod.
+Without daemons (`up --no-daemon`) the pod operations only redo the namespaces.
 """
 
 from __future__ import annotations
@@ -13,26 +14,37 @@ import time
 
 from meshwire.control.lab import nodes, pods, processes
 from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.links import lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.runtime import Runtime
 from meshwire.control.lab.state import LabDir, LabState
-from meshwire.control.lab.up import start_api, start_daemon, wait_ready
+from meshwire.control.lab.up import LINKS_TIMEOUT, start_api, start_daemon, wait_links, wait_ready
 
 # A partition longer than this is a node lost, not a partition the lab waits out.
 MAX_PARTITION = 600.0
 
 
-def restart_pod(lab: LabDir, state: LabState, runtime: Runtime, name: str) -> str:
+def restart_pod(
+    lab: LabDir, state: LabState, runtime: Runtime, name: str, wait: float = LINKS_TIMEOUT
+) -> str:
     """CNI DEL, a new namespace, CNI ADD with a new container id, on the same node."""
     pod = state.pod(name)
     shim = runtime.cni_argv() if state.with_daemons else None
     pods.detach(lab, state, pod, shim)
     pods.recreate_netns(lab, state, pod)
     pods.attach(lab, state, pod, shim)
+    _wait_pod_links(state, pod.key, wait)
     return f"pod {pod.key} restarted on {pod.node} (container {pod.container_id[:12]})"
 
 
-def move_pod(lab: LabDir, state: LabState, runtime: Runtime, name: str, node: str) -> str:
+def move_pod(
+    lab: LabDir,
+    state: LabState,
+    runtime: Runtime,
+    name: str,
+    node: str,
+    wait: float = LINKS_TIMEOUT,
+) -> str:
     """CNI DEL on the pod's node, then a new namespace and CNI ADD on `node`."""
     pod = state.pod(name)
     if node not in state.nodes:
@@ -43,7 +55,19 @@ def move_pod(lab: LabDir, state: LabState, runtime: Runtime, name: str, node: st
     pod.node = node
     pods.recreate_netns(lab, state, pod)
     pods.attach(lab, state, pod, shim)
+    _wait_pod_links(state, pod.key, wait)
     return f"pod {pod.key} moved from {old} to {node}"
+
+
+def _wait_pod_links(state: LabState, key: str, wait: float) -> None:
+    """Until every link with an end on pod `key` is up at both ends (daemons only; a
+    `wait` of 0 returns at once)."""
+    if not state.with_daemons or wait <= 0:
+        return
+    placement = {k: p.node for k, p in state.pods.items()}
+    links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+    mine = [link for link in links if key in (link.a.pod, link.b.pod)]
+    wait_links(state, LabNames(state.name), mine, wait)
 
 
 def kill_daemon(lab: LabDir, state: LabState, runtime: Runtime, node: str) -> str:

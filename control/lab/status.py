@@ -2,7 +2,7 @@
 
 Sources: the state file (pods, nodes, processes), the API's Topology status
 (`src_ip`, `plumbing_error`; read from inside the hub namespace, where the API
-is), and the kernel (each link end's existence, carrier and frame counters).
+is), and the kernel (each link end's existence, carrier, MAC and frame counters).
 An unreachable API is reported, not fatal: the kernel view still stands.
 
 Link state: `up` (both ends exist and are up), `down` (an end is down),
@@ -163,7 +163,7 @@ def render(status: dict[str, Any]) -> str:
             + ("reachable" if api["reachable"] else "UNREACHABLE"),
             table("nodes", ("node", "ip", "daemon pid", "daemon"), nodes),
             table("pods", ("pod", "node", "netns", "src_ip"), pods),
-            table("links", ("link", "kind", "state", "a (rx/tx)", "b (rx/tx)"), links),
+            table("links", ("link", "kind", "state", "a (mac rx/tx)", "b (mac rx/tx)"), links),
         ]
     )
 
@@ -171,5 +171,5 @@ def render(status: dict[str, Any]) -> str:
 def _end_text(end: dict[str, Any]) -> str:
     text = f"{end['pod']}:{end['intf']}"
     if "rx_packets" in end and end["exists"]:
-        text += f" {end['rx_packets']}/{end['tx_packets']}"
+        text += f" {end['mac']} {end['rx_packets']}/{end['tx_packets']}"
     return text

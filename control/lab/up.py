@@ -160,7 +160,7 @@ def _up(
     progress.step("links")
     if runtime.with_daemons and options.wait > 0:
         links = lab_links(topologies, placement, state.inter_node_link_type)
-        _wait_links(state, names, links, options.wait)
+        wait_links(state, names, links, options.wait)
     state.complete = True
     lab.save(state)
     progress.end()
@@ -331,9 +331,9 @@ def wait_ready(state: LabState, node: str) -> None:
         )
 
 
-def _wait_links(state: LabState, names: LabNames, links: list[LabLink], timeout: float) -> None:
+def wait_links(state: LabState, names: LabNames, links: list[LabLink], timeout: float) -> None:
     """Until every end of every wired link exists and has carrier (one link dump per pod
-    namespace a poll)."""
+    namespace a poll); raises LabError naming the ends still down after `timeout`."""
     wired = [link for link in links if not link.unwired]
 
     def not_up() -> list[str]:

@@ -92,14 +92,20 @@ class Drivers:
     """`LinkDriver` over one `KindDriver` per kind, picked by `row.kind`.
 
     A row of a kind with no driver (e.g. grpc before its driver is plugged in)
-    is a `SpecError` naming the kind.
+    is a `SpecError` naming the kind, and so is a row whose link has no id
+    (`row.id_problem`): it cannot be built until the row changes.
     """
 
     def __init__(self, by_kind: Mapping[LinkKind, KindDriver]) -> None:
         self._by_kind = dict(by_kind)
 
     def update(self, row: LinkRow) -> None:
-        self._driver(row).update(row)
+        driver = self._driver(row)
+        if row.id_problem:
+            raise SpecError(
+                f"{row.namespace}/{row.uid}", row.local.netns, row.local.intf, row.id_problem
+            )
+        driver.update(row)
 
     def delete(self, row: LinkRow) -> None:
         self._driver(row).delete(row)

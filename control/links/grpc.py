@@ -44,7 +44,7 @@ class GrpcDriver:
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         end = row.local
-        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu, end.mac)
         with ExitStack() as stack, blame(mark.link, end.netns, end.intf):
             ns = stack.enter_context(open_netns(end.netns))
             ipr = stack.enter_context(netlink(ns))
@@ -92,7 +92,9 @@ class GrpcDriver:
             fds.append(open_tap_in(row.local.netns, self._spec(row, temp)))
 
         try:
-            (made,) = create_and_place(mark, create, [Placement(temp, ns, ipr, row.local.intf)])
+            (made,) = create_and_place(
+                mark, create, [Placement(temp, ns, ipr, row.local.intf, row.local.mac)]
+            )
         except BaseException:
             for fd in fds:
                 os.close(fd)

@@ -16,10 +16,12 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETADDR
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 
+from meshwire.control.model.macs import mac_problem
+from meshwire.control.model.names import interface_name_problem
 from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 
 from .errors import SpecError
-from .names import ADDRESS_PROTO, Mark, ifname_problem, parse_mark
+from .names import ADDRESS_PROTO, Mark, parse_mark
 from .netns import Netns
 
 IFF_UP = 0x1
@@ -117,11 +119,11 @@ def parse_address(cidr: str) -> Address | None:
     return ipaddress.ip_interface(cidr)
 
 
-def check(link: str, netns: str, intf: str, cidr: str, mtu: int) -> None:
+def check(link: str, netns: str, intf: str, cidr: str, mtu: int, mac: str = "") -> None:
     """Raise `SpecError` for an end that no kernel would accept as written."""
     if not netns:
         raise SpecError(link, netns, intf, "the row gives no netns for this end")
-    problem = ifname_problem(intf)
+    problem = interface_name_problem(intf)
     if problem:
         raise SpecError(link, netns, intf, problem)
     try:
@@ -130,6 +132,9 @@ def check(link: str, netns: str, intf: str, cidr: str, mtu: int) -> None:
         raise SpecError(link, netns, intf, f"ip: {exc}") from None
     if mtu and not MIN_MTU <= mtu <= MAX_MTU:
         raise SpecError(link, netns, intf, f"mtu {mtu} is outside {MIN_MTU}..{MAX_MTU}")
+    problem = mac_problem(mac) if mac else None
+    if problem:
+        raise SpecError(link, netns, intf, f"mac: {problem}")
 
 
 def converge(ipr: Any, iface: Iface, mark: Mark, mtu: int, cidr: str) -> None:

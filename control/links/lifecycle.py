@@ -27,7 +27,8 @@ from .netns import Netns, NetnsGone, NotANetns, netlink, open_netns
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """An interface the create call makes as `temp` in `netns`, to be named `name` there.
+    """An interface the create call makes as `temp` in `netns`, to be named `name` there,
+    with MAC address `mac` ("": the kernel's random one).
 
     `ipr` is a netlink socket in `netns` (`netns.netlink`).
     """
@@ -36,6 +37,7 @@ class Placement:
     netns: Netns
     ipr: Any
     name: str
+    mac: str = ""
 
 
 def claim(mark: Mark, found: iface.Iface | None, netns: str, intf: str) -> None:
@@ -80,8 +82,13 @@ def create_and_place(
     mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
 ) -> list[iface.Iface]:
     """Call `create` (it makes each placement's interface as `temp` in its netns), then
-    rename each to its `name`, marked and up; returns them as the kernel now has them
-    (`fresh`: no address read back, none is there yet).
+    rename each to its `name`, with its `mac`, marked and up; returns them as the
+    kernel now has them (`fresh`: no address read back, none is there yet).
+
+    The MAC is set in the request that raises the interface, before it is up, so
+    nothing ever leaves it with another (nor its IPv6 link-local address derived
+    from another). An interface that exists keeps the MAC it has: a NOS may set
+    its own.
 
     Leftovers of an earlier attempt under the temporary names are cleared
     first. On any failure every interface still under a temporary name is
@@ -99,14 +106,16 @@ def create_and_place(
                 raise LinkError(
                     mark.link, placement.netns.path, placement.temp, "vanished after creation"
                 )
-            # One request: the kernel renames, marks and raises it under one lock, so
-            # no one ever sees the final name unmarked.
+            # One request: the kernel sets the MAC, renames, marks and raises it under
+            # one lock, so no one ever sees the final name unmarked.
+            mac = {"address": placement.mac} if placement.mac else {}
             placement.ipr.link(
                 "set",
                 index=created.index,
                 ifname=placement.name,
                 ifalias=mark.format(),
                 state="up",
+                **mac,
             )
             # As the kernel has it now, without asking again: only the set changed it.
             made.append(replace(created, name=placement.name, mark=mark, up=True, fresh=True))

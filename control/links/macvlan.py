@@ -14,6 +14,7 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface
+from .announce import announce
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -32,7 +33,7 @@ class MacvlanDriver:
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         end = row.local
-        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu, end.mac)
         host_path = row.peer.netns or self._host
         with ExitStack() as stack:
             with blame(mark.link, host_path, row.peer.intf):
@@ -62,9 +63,13 @@ class MacvlanDriver:
                     if row.mtu:
                         add["mtu"] = row.mtu
                     (found,) = create_and_place(
-                        mark, lambda: host.link("add", **add), [Placement(temp, ns, ipr, end.intf)]
+                        mark,
+                        lambda: host.link("add", **add),
+                        [Placement(temp, ns, ipr, end.intf, end.mac)],
                     )
                 iface.converge(ipr, found, mark, row.mtu, end.ip)
+                if found.fresh:
+                    announce(ns, end)
 
     def delete(self, row: LinkRow) -> None:
         """Remove the device if it is this link's macvlan; a gone netns or device is success."""

@@ -27,8 +27,6 @@ from enum import StrEnum
 MARK_PREFIX = "meshwire:"
 # Address protocol for addresses meshwire assigns (0-3 are the kernel's own).
 ADDRESS_PROTO = 0x6D
-# IFNAMSIZ is 16 bytes including the terminating NUL.
-MAX_IFNAME_BYTES = 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +65,3 @@ class Role(StrEnum):
 def temp_name(row_key: str, role: Role) -> str:
     digest = hashlib.blake2b(row_key.encode(), digest_size=8).hexdigest()
     return f"mw{digest[:11]}{role.value}"
-
-
-def ifname_problem(name: str) -> str | None:
-    """Why the kernel would refuse `name` as an interface name, or None if it is valid."""
-    if not name:
-        return "interface name is empty"
-    if len(name.encode()) > MAX_IFNAME_BYTES:
-        return f"interface name is longer than {MAX_IFNAME_BYTES} bytes"
-    if name in (".", ".."):
-        return "interface name cannot be '.' or '..'"
-    if any(c in "/:" or c.isspace() for c in name):
-        return "interface name cannot contain '/', ':' or whitespace"
-    return None

@@ -1,12 +1,12 @@
-"""The one way into a network namespace: open it by path, talk netlink inside it.
+"""Open a network namespace by path, checked, and talk netlink inside it.
 
 A netns is named by a path: a bind mount (`/var/run/netns/x`) or a process's
 (`/proc/<pid>/ns/net`). Nothing here ever creates a namespace: a missing path is
 `NetnsGone`, a path that is not a network namespace is `NotANetns`, both naming
 the path.
 
-`netlink(ns)` gives a pyroute2 `IPRoute` whose socket was created by a short-lived
-thread that `setns()`ed into the namespace; a netlink socket stays bound to the
+`netlink(ns)` gives a pyroute2 `IPRoute` whose socket was created inside the
+namespace by `netns_thread.call_in_netns`; a netlink socket stays bound to the
 netns it was created in, so the calling thread (and process) never changes netns
 and nothing forks (pyroute2's own `netns=` forks a child per socket, which a
 process with gRPC threads must avoid).
@@ -15,12 +15,10 @@ process with gRPC threads must avoid).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import errno
 import fcntl
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,13 +26,12 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from meshwire.dataplane.netns_thread import CLONE_NEWNET, call_in_netns
+
 # The calling thread's own netns, as a path (what "the host netns" means by default).
 CURRENT = "/proc/thread-self/ns/net"
-CLONE_NEWNET = 0x40000000
 # ioctl on a namespace file: which kind of namespace it is (Linux 4.11+).
 NS_GET_NSTYPE = 0xB703
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class NetnsGone(Exception):
@@ -94,30 +91,12 @@ def open_netns(path: str) -> Iterator[Netns]:
 
 def _netlink_socket_in(ns: Netns) -> int:
     """The fd of a NETLINK_ROUTE socket created inside `ns`."""
-    result: dict[str, int | OSError] = {}
+    return socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE).detach()
 
-    def enter_and_open() -> None:
-        if _libc.setns(ns.fd, CLONE_NEWNET) != 0:
-            code = ctypes.get_errno()
-            result["error"] = OSError(code, f"setns into {ns.path}: {os.strerror(code)}")
-            return
-        try:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
-        except OSError as exc:
-            result["error"] = exc
-            return
-        result["fd"] = sock.detach()
 
-    # The thread ends right after: its changed netns never runs anything else.
-    thread = threading.Thread(target=enter_and_open, name=f"meshwire-netns {ns.path}")
-    thread.start()
-    thread.join()
-    error = result.get("error")
-    if isinstance(error, OSError):
-        raise error
-    fd = result["fd"]
-    assert isinstance(fd, int)
-    return fd
+def socket_in(ns: Netns, family: int, kind: int, proto: int = 0) -> socket.socket:
+    """A socket created inside `ns`; it stays bound to `ns` whichever thread uses it."""
+    return call_in_netns(ns.fd, lambda: socket.socket(family, kind, proto), ns.path)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface
+from .announce import announce
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -28,7 +29,7 @@ class VethDriver:
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         for end in (row.local, row.peer):
-            iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+            iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu, end.mac)
         with ExitStack() as stack:
             with blame(mark.link, row.local.netns, row.local.intf):
                 lns = stack.enter_context(open_netns(row.local.netns))
@@ -51,6 +52,9 @@ class VethDriver:
                 iface.converge(lipr, local, mark, row.mtu, row.local.ip)
             with blame(mark.link, row.peer.netns, row.peer.intf):
                 iface.converge(pipr, peer, mark, row.mtu, row.peer.ip)
+            if local.fresh:
+                announce(lns, row.local)
+                announce(pns, row.peer)
 
     def delete(self, row: LinkRow) -> None:
         """Remove both ends if they are this link's veths; a gone netns or end is success."""
@@ -84,8 +88,8 @@ class VethDriver:
             mark,
             lambda: local[0].link("add", **add),
             [
-                Placement(local_temp, local[1], local[0], row.local.intf),
-                Placement(peer_temp, peer[1], peer[0], row.peer.intf),
+                Placement(local_temp, local[1], local[0], row.local.intf, row.local.mac),
+                Placement(peer_temp, peer[1], peer[0], row.peer.intf, row.peer.mac),
             ],
         )
         return made[0], made[1]

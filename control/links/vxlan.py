@@ -8,17 +8,25 @@ differs from the row is deleted and built again (the kernel cannot change them
 in place); address, MTU and up state are fixed in place.
 
 The VNI must be unique per host netns and port: the kernel refuses a second
-device with the same one (`LinkError`, retried: usually the old device of a link
-being rebuilt, about to go).
+device with the same one. When a device meshwire did not create holds it in the
+host netns, that is a `SpecError` naming the device (meshwire's VNIs are unique
+by construction, so nothing meshwire does will free it); otherwise the holder is
+meshwire's own old device of a link being rebuilt, about to go (`LinkError`,
+retried).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 from contextlib import ExitStack
+from typing import Any
+
+from pyroute2.netlink.exceptions import NetlinkError
 
 from ..tables.links import LinkRow
 from . import iface
+from .announce import announce
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -38,7 +46,7 @@ class VxlanDriver:
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         end = row.local
-        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu)
+        iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu, end.mac)
         remote = _remote(row, mark)
         want = {
             "IFLA_VXLAN_ID": row.vni,
@@ -66,9 +74,13 @@ class VxlanDriver:
                     add["mtu"] = row.mtu
                 with open_netns(self._host) as hns, netlink(hns) as host:
                     (found,) = create_and_place(
-                        mark, lambda: host.link("add", **add), [Placement(temp, ns, ipr, end.intf)]
+                        mark,
+                        lambda: self._add(host, add, row),
+                        [Placement(temp, ns, ipr, end.intf, end.mac)],
                     )
             iface.converge(ipr, found, mark, row.mtu, end.ip)
+            if found.fresh:
+                announce(ns, end)
 
     def delete(self, row: LinkRow) -> None:
         """Remove the device if it is this link's vxlan; a gone netns or device is success."""
@@ -76,6 +88,34 @@ class VxlanDriver:
         with blame(mark.link, row.local.netns, row.local.intf):
             temp = temp_name(row.key, Role.VXLAN)
             delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
+
+    def _add(self, host: Any, add: dict[str, Any], row: LinkRow) -> None:
+        try:
+            host.link("add", **add)
+        except NetlinkError as exc:
+            if exc.code != errno.EEXIST:
+                raise
+            holder = next(
+                (
+                    found
+                    for found in iface.dump(host)
+                    if found.kind == KIND
+                    and found.mark is None
+                    and found.info.get("IFLA_VXLAN_ID") == row.vni
+                    and found.info.get("IFLA_VXLAN_PORT", self._port) == self._port
+                ),
+                None,
+            )
+            if holder is None:
+                raise
+            raise SpecError(
+                f"{row.namespace}/{row.uid}",
+                row.local.netns,
+                row.local.intf,
+                f"VNI {row.vni} (UDP port {self._port}) is held by vxlan device "
+                f"{holder.name!r} on this node, which meshwire did not create: remove it, "
+                "or move meshwire's VNIs away with vxlan.vni_base",
+            ) from exc
 
 
 def _remote(row: LinkRow, mark: Mark) -> ipaddress.IPv4Address | ipaddress.IPv6Address:

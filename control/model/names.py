@@ -21,12 +21,18 @@ MAX_DNS_SUBDOMAIN = 253
 def interface_name_problem(name: str) -> str | None:
     """Why `name` cannot be a Linux interface name, or None if it can.
 
-    The kernel's `dev_valid_name`: 1 to 15 bytes (UTF-8 encoded, not
-    characters), not `.` or `..`, and no `/`, `:`, NUL or whitespace.
+    The one check every layer uses (the model, the link drivers, the CNI
+    protocol): the kernel's `dev_valid_name` on the name's UTF-8 bytes, so 1 to
+    15 bytes, not `.` or `..`, and no `/`, `:`, NUL or whitespace; and the name
+    must be text that has a UTF-8 encoding (no lone surrogates), since that
+    encoding is what netlink carries.
     """
     if not name:
-        return "required"
-    size = len(name.encode("utf-8", errors="surrogatepass"))
+        return "interface name is required"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"interface name {name!r} is not valid UTF-8 text"
     if size > MAX_INTERFACE_BYTES:
         return f"interface name {name!r} is {size} bytes, at most {MAX_INTERFACE_BYTES} allowed"
     if name in (".", ".."):

@@ -40,6 +40,9 @@ class Link:
     # meshwire's own optional field (meshnet #54): this link's MTU, both ends; 0 or
     # absent: the daemon's `mtu`. meshnet ignores it.
     mtu: int = 0
+    # meshwire's own optional field (meshnet #54): this end's MAC address; "" or
+    # absent: derived from (namespace, pod, interface) (`macs.py`). meshnet ignores it.
+    local_mac: str = ""
 
     @property
     def to_host(self) -> bool:
@@ -58,6 +61,8 @@ class Link:
             out["peer_ip"] = self.peer_ip
         if self.mtu:
             out["mtu"] = self.mtu
+        if self.local_mac:
+            out["local_mac"] = self.local_mac
         return out
 
 
@@ -192,6 +197,7 @@ def _link(raw: Any, where: str) -> Link:
         local_ip=_string(raw, where, "local_ip"),
         peer_ip=_string(raw, where, "peer_ip"),
         mtu=0 if raw.get("mtu") is None else _integer(raw["mtu"], where, "mtu"),
+        local_mac=_string(raw, where, "local_mac"),
     )
 
 

@@ -35,6 +35,9 @@ Decisions, with the reason:
 - A link's `mtu` (meshwire's own field) is 68..65535, the kernel's range for
   the devices meshwire makes; given on both ends, the two must be equal. Given
   on one end only, it holds for both (see `link_mtu`).
+- A link's `local_mac` (meshwire's own field) is a unicast MAC, not all zero
+  (`macs.mac_problem`); the two ends' MACs, given or derived, must differ
+  (derived ones always do, see `macs.py`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from meshwire.control.model.macs import end_mac, mac_problem
 from meshwire.control.model.names import dns_subdomain_problem, interface_name_problem
 from meshwire.control.model.topology import LOCALHOST, Link, Topology
 
@@ -125,8 +129,8 @@ def check_pair(a: Topology, link_a: Link, b: Topology | None) -> LinkProblem | N
     when it does not exist (yet): that, and a link to the host, are never a
     problem. Otherwise `b` must have a link with the same uid that points back
     at `a`, with the two interfaces swapped and, where both sides give one,
-    the two addresses swapped, and the same MTU where both give one. Returns the
-    first disagreement found.
+    the two addresses swapped, the same MTU where both give one, and two
+    different MACs (given or derived). Returns the first disagreement found.
 
     Raises ValueError if `b` is not the peer pod's object or `link_a` is not
     a link of `a` (a caller's mistake, not bad data).
@@ -165,6 +169,11 @@ def check_pair(a: Topology, link_a: Link, b: Topology | None) -> LinkProblem | N
         return problem("local_ip", f"{link_a.local_ip!r} but {peer} has peer_ip {link_b.peer_ip!r}")
     if link_a.mtu and link_b.mtu and link_a.mtu != link_b.mtu:
         return problem("mtu", f"{link_a.mtu} but {peer} has mtu {link_b.mtu}")
+    if link_a.local_mac or link_b.local_mac:
+        mac_a, mac_b = end_mac(a.namespace, a.name, link_a), end_mac(b.namespace, b.name, link_b)
+        if mac_a == mac_b:
+            mine = "" if link_a.local_mac else "derived "
+            return problem("local_mac", f"the {mine}MAC {mac_a} is also the MAC of {peer}")
     return None
 
 
@@ -246,6 +255,9 @@ def _each_link_problem(own_name: str, link: Link) -> Iterable[tuple[str, str]]:
         yield "peer_ip", f"{link.peer_ip!r} is the same address as local_ip"
     if link.mtu and not MIN_MTU <= link.mtu <= MAX_MTU:
         yield "mtu", f"{link.mtu} is out of range {MIN_MTU}..{MAX_MTU}"
+    reason = mac_problem(link.local_mac) if link.local_mac else None
+    if reason is not None:
+        yield "local_mac", reason
 
 
 def _same_address(left: str, right: str) -> bool:

@@ -9,9 +9,15 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
   link is built when the peer's change re-derives this pod (it is a dependent);
 - peer on this node: one veth row for the pair, the same whichever of the two
   pods is derived (no "lazy half");
-- peer on another node: a vxlan or grpc row, as `inter_node_link_type` says.
+- peer on another node: a vxlan or grpc row, as `inter_node_link_type` says,
+  with ids from the namespace's slot (`ids.py`). A namespace without a slot
+  yet gets no such row (the link waits, as for a peer not running; a change
+  of slots re-derives it); one that cannot get a slot gets the row with
+  `id_problem` set, which the driver reports instead of building anything.
 
 Each row's MTU is the link's own `mtu` (given on either end) or the daemon's.
+Each pod end's MAC is its link's `local_mac` or derived (`model/macs.py`): the
+same on every node, so the same after a restart or a move.
 Links that fail validation, or whose two ends disagree, get no row and a
 problem naming the object, link and field; the pod's other links still work.
 """
@@ -19,11 +25,13 @@ problem naming the object, link and field; the pod's other links still work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
+from meshwire.control.config import Config, VxlanConfig, default
+from meshwire.control.model.macs import end_mac
 from meshwire.control.model.topology import Topology
 from meshwire.control.model.validate import check_pair, link_mtu, validate_topology
-from meshwire.control.reconcile.ids import IdError, vni, wire_id
+from meshwire.control.reconcile.ids import IdError, Slot, vni, wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 from meshwire.control.tables.topologies import TopologyTable
 
@@ -33,9 +41,16 @@ class NodeView:
     """What derivation needs to know about this node and its daemon's config."""
 
     node_ip: str
-    inter_node_link_type: Literal["vxlan", "grpc"] = "vxlan"
-    mtu: int = 1500
-    vni_base: int = 5000
+    inter_node_link_type: Literal["vxlan", "grpc"] = default(Config, "inter_node_link_type")
+    mtu: int = default(Config, "mtu")
+    vni_base: int = default(VxlanConfig, "vni_base")
+
+
+class SlotSource(Protocol):
+    def slot_of(self, namespace: str) -> Slot | str | None:
+        """The namespace's slot; a message when it cannot have one (exhausted);
+        None while it has none yet."""
+        ...
 
 
 @dataclass(slots=True)
@@ -54,7 +69,9 @@ def _running(topology: Topology | None) -> bool:
     return topology is not None and bool(topology.status.src_ip) and bool(topology.status.net_ns)
 
 
-def derive_pods(table: TopologyTable, pod_keys: set[str], node: NodeView) -> Derived:
+def derive_pods(
+    table: TopologyTable, pod_keys: set[str], node: NodeView, slots: SlotSource
+) -> Derived:
     """Rows and problems of every local pod among `pod_keys` (others yield nothing)."""
     out = Derived()
     for key in sorted(pod_keys):
@@ -65,7 +82,7 @@ def derive_pods(table: TopologyTable, pod_keys: set[str], node: NodeView) -> Der
         validated = validate_topology(topology)
         problems.extend(str(p) for p in validated.problems)
         for link in validated.links:
-            row = _row(table, topology, link.uid, node, problems)
+            row = _row(table, topology, link.uid, node, slots, problems)
             if row is not None:
                 out.rows[row.key] = row
         if not problems:
@@ -74,17 +91,43 @@ def derive_pods(table: TopologyTable, pod_keys: set[str], node: NodeView) -> Der
 
 
 def _row(
-    table: TopologyTable, topology: Topology, uid: int, node: NodeView, problems: list[str]
+    table: TopologyTable,
+    topology: Topology,
+    uid: int,
+    node: NodeView,
+    slots: SlotSource,
+    problems: list[str],
 ) -> LinkRow | None:
     link = topology.link(uid)
     assert link is not None  # validate_topology only returns links of this topology
-    local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip)
+    mac = end_mac(topology.namespace, topology.name, link)
+    local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip, mac)
 
     peer_topology = None if link.to_host else table.get(f"{topology.namespace}/{link.peer_pod}")
     mtu = link_mtu(link, peer_topology, node.mtu)
 
-    def row(kind: LinkKind, a: End, b: End, peer_node_ip: str = "", **ids: int) -> LinkRow:
-        return LinkRow(topology.namespace, uid, kind, a, b, mtu, peer_node_ip, **ids)
+    def row(
+        kind: LinkKind,
+        a: End,
+        b: End,
+        peer_node_ip: str = "",
+        *,
+        vxlan_id: int = 0,
+        wire: int = 0,
+        id_problem: str = "",
+    ) -> LinkRow:
+        return LinkRow(
+            topology.namespace,
+            uid,
+            kind,
+            a,
+            b,
+            mtu,
+            peer_node_ip,
+            vni=vxlan_id,
+            wire_id=wire,
+            id_problem=id_problem,
+        )
 
     if link.to_host:
         return row(LinkKind.MACVLAN, local, End(link.peer_pod, "", link.peer_intf))
@@ -95,17 +138,27 @@ def _row(
     if peer_topology is None or not _running(peer_topology):
         return None
     peer_status = peer_topology.status
+    peer_link = peer_topology.link(uid)
+    assert peer_link is not None  # check_pair found it
+    peer_mac = end_mac(topology.namespace, peer_topology.name, peer_link)
     if peer_status.src_ip == node.node_ip:
-        peer = End(peer_topology.name, peer_status.net_ns, link.peer_intf, link.peer_ip)
+        net_ns = peer_status.net_ns
+        peer = End(peer_topology.name, net_ns, link.peer_intf, link.peer_ip, peer_mac)
         first, second = sorted((local, peer), key=lambda end: (end.pod, end.intf))
         return row(LinkKind.VETH, first, second)
-    remote = End(peer_topology.name, "", link.peer_intf, link.peer_ip)
+    remote = End(peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac)
+    kind = LinkKind.VXLAN if node.inter_node_link_type == "vxlan" else LinkKind.GRPC
+    slot = slots.slot_of(topology.namespace)
+    if slot is None:
+        return None
+    if isinstance(slot, str):
+        return row(kind, local, remote, peer_status.src_ip, id_problem=slot)
     try:
-        if node.inter_node_link_type == "vxlan":
-            vxlan_id = vni(topology.namespace, uid, node.vni_base)
-            return row(LinkKind.VXLAN, local, remote, peer_status.src_ip, vni=vxlan_id)
-        wire = wire_id(topology.namespace, uid, topology.name, peer_topology.name)
-        return row(LinkKind.GRPC, local, remote, peer_status.src_ip, wire_id=wire)
+        if kind is LinkKind.VXLAN:
+            vxlan_id = vni(slot, uid, node.vni_base)
+            return row(kind, local, remote, peer_status.src_ip, vxlan_id=vxlan_id)
+        wire = wire_id(slot, uid, topology.name, peer_topology.name)
+        return row(kind, local, remote, peer_status.src_ip, wire=wire)
     except IdError as exc:
         problems.append(f"topology {topology.key}: link uid {uid}: uid: {exc}")
         return None

@@ -5,6 +5,9 @@ peer index), and nothing else: in a cluster of thousands of pods, a pod's
 restart costs work in proportion to its own links. A full re-derivation of
 every local pod runs on each full pass as the safety net.
 
+A change of namespaces' id slots re-derives the local pods of those
+namespaces (`rederive_namespaces`).
+
 Rows are written only when they differ, so the link reconciler sees a change
 exactly when a link's desired state changed.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from meshwire.control.reconcile.derive import NodeView, derive_pods
+from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.tables.table import Table
 from meshwire.control.tables.topologies import TopologyTable
@@ -34,10 +37,17 @@ def new_links_table() -> Table[LinkRow]:
 
 
 class DesiredLinks:
-    def __init__(self, topologies: TopologyTable, links: Table[LinkRow], node: NodeView) -> None:
+    def __init__(
+        self,
+        topologies: TopologyTable,
+        links: Table[LinkRow],
+        node: NodeView,
+        slots: SlotSource,
+    ) -> None:
         self.topologies = topologies
         self.links = links
         self.node = node
+        self.slots = slots
         # Pod key -> the problems of its links that derivation found (invalid
         # links, ends that disagree). Only pods with problems are present.
         self.problems: dict[str, list[str]] = {}
@@ -66,8 +76,25 @@ class DesiredLinks:
             pods |= set(_pods_of(row))
         self.rederive(pods)
 
+    def rederive_namespaces(self, namespaces: set[str]) -> set[str]:
+        """Re-derive this node's pods in `namespaces` (their slots changed); returns them."""
+        pods = {
+            key
+            for key in self.topologies.on_node(self.node.node_ip)
+            if key.partition("/")[0] in namespaces
+        }
+        pods |= {
+            pod
+            for row in self.links.values()
+            if row.namespace in namespaces
+            for pod in _pods_of(row)
+        }
+        if pods:
+            self.rederive(pods)
+        return pods
+
     def rederive(self, pods: set[str]) -> None:
-        derived = derive_pods(self.topologies, pods, self.node)
+        derived = derive_pods(self.topologies, pods, self.node, self.slots)
         stale: set[str] = set()
         for pod in pods:
             stale |= self.links.lookup(POD_INDEX, pod)

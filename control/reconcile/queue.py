@@ -32,13 +32,14 @@ import heapq
 import itertools
 from collections import OrderedDict
 
+from meshwire.control.config import ReconcileConfig, default
 from meshwire.control.reconcile.clock import Clock, MonotonicClock
 from meshwire.control.reconcile.retries import ExponentialBackoff, RateLimiter
 
-# A 50 ms window coalesces the events of a burst (pods of one lab starting
-# together, a topology applied as one file) into one pass per key, and is short
-# next to a pod's start-up time, so nobody waits on it.
-DEFAULT_DEBOUNCE = 0.05
+# `reconcile.debounce`: a window that coalesces the events of a burst (pods of
+# one lab starting together, a topology applied as one file) into one pass per
+# key, short next to a pod's start-up time, so nobody waits on it.
+DEFAULT_DEBOUNCE: float = default(ReconcileConfig, "debounce")
 
 
 class WorkQueue:

@@ -1,19 +1,90 @@
-"""The one retry policy: per-key exponential backoff, and the token bucket that caps a rate.
+"""The one retry policy: exponential backoff, per key or for one sequence of
+attempts, and the token bucket that caps a rate.
 
-Both are pure: they hold counters, never sleep, and take the time as an argument
-where they need it, so they are tested without a clock.
+A `BackoffPolicy` says how delays grow: `initial * 2**n` for the n-th retry,
+capped at `maximum`, and back to `initial` after a healthy stretch of
+`reset_after` seconds. `ExponentialBackoff` applies it per key (the work
+queue's rows, the status writer's pods); `Backoff` applies it to one sequence
+(the informer's reconnects, a worker's restarts, a CNI ADD's polls).
+
+All are pure: they hold counters, never sleep, and read time only from an
+injected clock, so they are tested without wall time.
 """
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
-# Retry a failed key after 100 ms, doubling to at most 60 s: a transient failure
+from meshwire.control.config import ReconcileConfig, default
+
+# `reconcile.backoff_min` doubling to `backoff_max`: a transient failure
 # (a peer pod not yet up, an API hiccup) is retried before anyone notices, and a
 # key that keeps failing costs one attempt a minute, which the 60 s full
 # reconcile would do anyway.
-DEFAULT_BACKOFF_BASE = 0.1
-DEFAULT_BACKOFF_CAP = 60.0
+DEFAULT_BACKOFF_BASE: float = default(ReconcileConfig, "backoff_min")
+DEFAULT_BACKOFF_CAP: float = default(ReconcileConfig, "backoff_max")
+
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    """`initial * 2**n` seconds for the n-th retry (from 0), capped at `maximum`; a
+    sequence healthy for `reset_after` seconds starts from `initial` again.
+    Raises ValueError for an initial delay that is not positive or a cap below it."""
+
+    initial: float = DEFAULT_BACKOFF_BASE
+    maximum: float = DEFAULT_BACKOFF_CAP
+    reset_after: float = math.inf
+
+    def __post_init__(self) -> None:
+        if self.initial <= 0:
+            raise ValueError(f"backoff base: must be > 0 seconds, got {self.initial}")
+        if self.maximum < self.initial:
+            raise ValueError(f"backoff cap: must be >= base ({self.initial} s), got {self.maximum}")
+
+    def delay(self, n: int) -> float:
+        # Past 2**1023 a float overflows; any n that far out is at the cap anyway.
+        if n >= 1023:
+            return self.maximum
+        return min(self.initial * 2.0**n, self.maximum)
+
+
+class Backoff:
+    """Delays between the attempts of one sequence (a connection, a process, a poll).
+
+    Call `healthy()` whenever an attempt succeeded (a list returned, a worker
+    started serving); call `next_delay()` after each failure and sleep for what
+    it returns. Failures with no `healthy()` in between keep doubling; a healthy
+    stretch shorter than the policy's `reset_after` does not reset the delay.
+    """
+
+    def __init__(self, policy: BackoffPolicy | None = None, clock: Clock = time.monotonic) -> None:
+        self.policy = policy or BackoffPolicy()
+        self._clock = clock
+        # Failures since the last reset; the next delay is policy.delay(_failures).
+        self._failures = 0
+        # When the current healthy stretch began; None while failing.
+        self._healthy_since: float | None = None
+
+    def healthy(self) -> None:
+        if self._healthy_since is None:
+            self._healthy_since = self._clock()
+
+    def next_delay(self) -> float:
+        since = self._healthy_since
+        if since is not None and self._clock() - since >= self.policy.reset_after:
+            self._failures = 0
+        self._healthy_since = None
+        delay = self.policy.delay(self._failures)
+        if delay < self.policy.maximum:
+            self._failures += 1
+        return delay
 
 
 class RateLimiter(Protocol):
@@ -33,7 +104,8 @@ class RateLimiter(Protocol):
 
 
 class ExponentialBackoff:
-    """`base * 2**n` seconds for the key's n-th retry (from 0), capped at `cap`.
+    """A `BackoffPolicy` per key: `base * 2**n` seconds for the key's n-th retry
+    (from 0), capped at `cap`, until the key is forgotten.
 
     No jitter: delays are per key and keys fail at different moments, and a
     deterministic delay is what the tests and the operator's logs can check.
@@ -43,10 +115,7 @@ class ExponentialBackoff:
     def __init__(
         self, base: float = DEFAULT_BACKOFF_BASE, cap: float = DEFAULT_BACKOFF_CAP
     ) -> None:
-        if base <= 0:
-            raise ValueError(f"backoff base: must be > 0 seconds, got {base}")
-        if cap < base:
-            raise ValueError(f"backoff cap: must be >= base ({base} s), got {cap}")
+        self.policy = BackoffPolicy(base, cap)
         self.base = base
         self.cap = cap
         # key -> retries counted since the key was last forgotten; a key absent
@@ -56,10 +125,7 @@ class ExponentialBackoff:
     def when(self, key: str) -> float:
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
-        # Past 2**1023 a float overflows; any n that far out is at the cap anyway.
-        if n >= 1023:
-            return self.cap
-        return min(self.base * 2.0**n, self.cap)
+        return self.policy.delay(n)
 
     def forget(self, key: str) -> None:
         self._failures.pop(key, None)

@@ -49,6 +49,7 @@ from typing import Any, Protocol, cast
 
 from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
 
+from meshwire.control.config import ReconcileConfig, default
 from meshwire.control.informer.failure import describe
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.control.reconcile.clock import Clock, MonotonicClock
@@ -66,7 +67,7 @@ PLACEMENT_FIELDS = ("src_ip", "net_ns", "container_id")
 # once has every status out immediately, and a steady rate stays small next to
 # what an API server takes from a few hundred nodes. Four writes in flight
 # hide the round trip without queueing a crowd at the API server.
-DEFAULT_WRITE_RATE = 20.0
+DEFAULT_WRITE_RATE: float = default(ReconcileConfig, "status_rate")
 DEFAULT_WRITE_BURST = 40
 DEFAULT_WRITERS = 4
 # A half-open connection must not hold a writer forever; the write is retried.

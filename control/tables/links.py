@@ -30,13 +30,16 @@ class End:
 
     `netns` is a path (`/var/run/netns/x`, `/proc/<pid>/ns/net`); it is empty
     for an end on another node. `ip` is a CIDR (`10.0.0.1/24`, `2001:db8::1/64`)
-    or empty for an interface without an address.
+    or empty for an interface without an address. `mac` is the MAC the
+    interface is made with (`model/macs.py`), lower case; "" for a host
+    interface (a macvlan's lower device), which meshwire does not make.
     """
 
     pod: str
     netns: str
     intf: str
     ip: str = ""
+    mac: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,9 @@ class LinkRow:
     vni: int = 0
     # grpc: this end's wire id, stable for (namespace, uid, local pod).
     wire_id: int = 0
+    # vxlan and grpc: why the link has no id (its namespace got no slot); the
+    # driver reports it as the link's error and builds nothing. "" normally.
+    id_problem: str = ""
 
     @property
     def key(self) -> str:

@@ -9,8 +9,7 @@ missed, and a write waits out an API outage with backoff. Stored as
 delivered, such an object moves the pod's links back into a sandbox that is
 gone, or tears them down (an empty status), until the write's own event
 arrives: valid links rebuilt for nothing, and a link that also left the
-topology in the same batch was deleted in the wrong netns (CI's churn, link
-52 of seed 7).
+topology in the same batch would be deleted in the wrong netns.
 
 So a placement written here is laid over each object the informer delivers
 for the pod until one of these:

@@ -5,7 +5,9 @@ equal to them:
 
 - the workers (through `WorkerSlots.changed`: the pool asks `desired(wire_id)`
   and hands the worker the AddWire and a duplicate fd, or removes the wire);
-- each TAP's carrier: up exactly while the wire is ready;
+- each TAP's carrier: up exactly while the wire is ready; when it comes up on
+  a TAP new to the manager, the TAP's address is announced (links/announce.py),
+  on a thread of its own, so peers' neighbour caches follow a changed MAC;
 - the handshakes: every peer node with a wire that is not ready (or is being
   verified) is in `nodes`, the queue the handshake loop serves, and so is a
   node owed a goodbye (DeleteWires) for an end removed here.
@@ -26,14 +28,16 @@ import contextlib
 import itertools
 import logging
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from meshwire.control.links.announce import announce_at
 from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.reconcile.queue import WorkQueue
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import End, LinkRow
 from meshwire.control.wire.state import (
     Wire,
     judge_offer,
@@ -85,9 +89,22 @@ class Goodbye:
     pod: str
 
 
+def announce_soon(end: End) -> None:
+    """Announce `end`'s address from a thread of its own: it enters a pod netns."""
+    threading.Thread(target=announce_at, args=(end,), name="meshwire-announce").start()
+
+
 class WireManager:
-    def __init__(self, node_ip: str, offloads: bool, slots: WorkerSlots, nodes: WorkQueue) -> None:
+    def __init__(
+        self,
+        node_ip: str,
+        offloads: bool,
+        slots: WorkerSlots,
+        nodes: WorkQueue,
+        announce: Callable[[End], None] = announce_soon,
+    ) -> None:
         self.node_ip = node_ip
+        self.announce = announce
         self.offloads = offloads
         self.slots = slots
         # Peer node IPs with handshake work: the handshake loop consumes it.
@@ -119,7 +136,7 @@ class WireManager:
         wire = self._wires.get(row.key)
         if wire is None:
             assert fd is not None  # _check_attach
-            wire = Wire(row, tap, fd, next(self._generation))
+            wire = Wire(row, tap, fd, next(self._generation), announce=True)
             self._index(row.key, wire)
             self._carrier(wire)
             self.slots.changed(row.wire_id)
@@ -128,8 +145,8 @@ class WireManager:
         if fd is not None:
             old, wire.fd, wire.tap = wire.fd, fd, tap
             wire.generation = next(self._generation)
+            wire.announce = True
             os.close(old)
-            self._carrier(wire)
         if not same_far_end(wire.row, row):
             self._unindex(row.key, wire)
             self._lose_far(wire)
@@ -137,6 +154,9 @@ class WireManager:
             self._index(row.key, wire)
         else:
             wire.row = row
+        if fd is not None:
+            # After the row: an announcement names the new TAP's netns.
+            self._carrier(wire)
         self.slots.changed(row.wire_id)
         if wire.wants_handshake():
             self.nodes.add(row.peer_node_ip)
@@ -381,6 +401,10 @@ class WireManager:
         except OSError as exc:
             # The TAP is gone (its netns was deleted): the reconciler rebuilds it.
             log.debug("wire %s: carrier: %s", wire.row.key, exc)
+            return
+        if wire.ready and wire.announce:
+            wire.announce = False
+            self.announce(wire.row.local)
 
     def _index(self, key: str, wire: Wire) -> None:
         self._wires[key] = wire

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshwire.control.reconcile.ids import wire_id
+from meshwire.control.reconcile.ids import far_end
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.types import FarEnd, TapRef
 from meshwire.dataplane.messages import AddWire
@@ -45,6 +45,9 @@ class Wire:
     # A ready wire asked again, to learn whether the far end still has it (the
     # full pass); an answer that it does not makes the wire not ready.
     verify: bool = False
+    # The TAP behind `fd` is new to the manager (made or attached anew): its
+    # address is announced once the carrier is on, the first moment a frame can leave.
+    announce: bool = False
 
     @property
     def ready(self) -> bool:
@@ -60,7 +63,7 @@ class Wire:
 
 def far_wire_id(row: LinkRow) -> int:
     """The wire id the far node derives for its end of `row`'s link."""
-    return wire_id(row.namespace, row.uid, row.peer.pod, row.local.pod)
+    return far_end(row.wire_id)
 
 
 def same_far_end(old: LinkRow, new: LinkRow) -> bool:
@@ -138,7 +141,8 @@ def judge_offer(
     if offer_.wire_id != far_wire_id(row):
         return Verdict(
             f"link {link}: offered wire id {offer_.wire_id}, this node derives "
-            f"{far_wire_id(row)} for pod {row.peer.pod}'s end (different meshwire versions?)"
+            f"{far_wire_id(row)} for pod {row.peer.pod}'s end (the two nodes read different "
+            f"id allocations, or run different meshwire versions)"
         )
     if caller_offloads != offloads:
         return Verdict(

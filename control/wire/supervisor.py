@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from meshwire.control.reconcile.retries import ExponentialBackoff
+from meshwire.control.reconcile.retries import Backoff, BackoffPolicy
 from meshwire.control.wire.manager import Desired
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.handle import WorkerError, WorkerHandle
@@ -36,8 +36,9 @@ from meshwire.dataplane.worker import WorkerConfig
 
 log = logging.getLogger(__name__)
 
-# A worker that lived this long has its restart backoff reset.
-HEALTHY_AFTER = 10.0
+# A worker is restarted after 100 ms doubling to 5 s; one that lived 10 s has its
+# restart backoff reset. A refused sync is retried on the same policy.
+RESTART = BackoffPolicy(initial=0.1, maximum=5.0, reset_after=10.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,8 @@ class _Slot:
     # time.monotonic() of the last command sent (reports older than it may lag).
     commanded_at: float = 0.0
     restarts: int = 0
+    restart_backoff: Backoff = field(default_factory=lambda: Backoff(RESTART))
+    sync_backoff: Backoff = field(default_factory=lambda: Backoff(RESTART))
 
 
 class WorkerPool:
@@ -78,7 +81,6 @@ class WorkerPool:
         self.settings = settings
         self._desired = desired
         self._slots = [_Slot(k) for k in range(settings.count)]
-        self._backoff = ExponentialBackoff(0.1, 5.0)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = asyncio.Event()
         # AddWire commands a worker refused (a bug if ever non-zero).
@@ -212,20 +214,18 @@ class WorkerPool:
                     slot.handle = await self._spawn(slot)
                 except WorkerError as exc:
                     log.error("dataplane worker %d did not start: %s", slot.index, exc)
-                    await asyncio.sleep(self._backoff.when(str(slot.index)))
+                    await asyncio.sleep(slot.restart_backoff.next_delay())
                     continue
                 slot.sent.clear()
                 slot.dirty |= slot.known
-            started = time.monotonic()
+            slot.restart_backoff.healthy()
             await self._follow(slot, slot.handle)
             if self._closing.is_set():
                 return
             code = await slot.handle.wait()
             slot.handle = None
             slot.restarts += 1
-            if time.monotonic() - started > HEALTHY_AFTER:
-                self._backoff.forget(str(slot.index))
-            delay = self._backoff.when(str(slot.index))
+            delay = slot.restart_backoff.next_delay()
             log.error(
                 "dataplane worker %d exited (status %s); restarting in %.1fs and "
                 "handing it its %d wires again",
@@ -248,7 +248,9 @@ class WorkerPool:
                         if not handle.alive:
                             return
                         log.error("dataplane worker %d: %s; retrying", slot.index, exc)
-                        await asyncio.sleep(self._backoff.when(f"sync {slot.index}"))
+                        await asyncio.sleep(slot.sync_backoff.next_delay())
+                    else:
+                        slot.sync_backoff.healthy()
                     continue
                 slot.wake.clear()
                 woken = asyncio.create_task(slot.wake.wait())

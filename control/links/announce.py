@@ -1,0 +1,98 @@
+"""Announcing a link end's address: gratuitous ARP, unsolicited neighbour advertisement.
+
+A peer whose neighbour entry names an old MAC (a pod's interface made again
+with another one, e.g. the first time after an upgrade to stable MACs) would
+send into the void until the entry ages out, up to about a minute. The frame
+sent from the new interface updates the entry at once: an ARP request whose
+sender and target are the end's address (the kernel accepts it over an
+existing entry, `arp_process`'s `is_garp`), or a neighbour advertisement to
+all nodes with the override flag and the target's link-layer address
+(RFC 4861 §7.2.6). Both leave the entry STALE with the new MAC, so the next
+packet goes to it.
+
+`frames` is pure. `announce` sends them from a packet socket opened inside
+the pod's netns (`netns.socket_in`); it is best effort: a failure is logged,
+never a link error, since the link itself is right.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import struct
+
+from ..tables.links import End
+from .netns import Netns, NetnsGone, NotANetns, open_netns, socket_in
+
+log = logging.getLogger(__name__)
+
+ETH_P_ARP = 0x0806
+ETH_P_IPV6 = 0x86DD
+BROADCAST = b"\xff" * 6
+ALL_NODES = ipaddress.IPv6Address("ff02::1")
+ALL_NODES_MAC = b"\x33\x33\x00\x00\x00\x01"
+ICMPV6 = 58
+NEIGHBOR_ADVERT = 136
+NA_OVERRIDE = 0x20000000
+OPT_TARGET_LLADDR = 2
+
+
+def mac_bytes(mac: str) -> bytes:
+    return bytes.fromhex(mac.replace(":", ""))
+
+
+def frames(mac: str, cidr: str) -> list[bytes]:
+    """The Ethernet frames announcing `cidr`'s address at `mac` (none without both)."""
+    if not cidr or not mac:
+        return []
+    address = ipaddress.ip_interface(cidr).ip
+    src = mac_bytes(mac)
+    if isinstance(address, ipaddress.IPv4Address):
+        ip = address.packed
+        arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + src + ip + b"\x00" * 6 + ip
+        return [BROADCAST + src + struct.pack("!H", ETH_P_ARP) + arp]
+    icmp = struct.pack("!BBHI", NEIGHBOR_ADVERT, 0, 0, NA_OVERRIDE) + address.packed
+    icmp += struct.pack("!BB", OPT_TARGET_LLADDR, 1) + src
+    pseudo = address.packed + ALL_NODES.packed + struct.pack("!I3xB", len(icmp), ICMPV6)
+    checksum = _checksum(pseudo + icmp)
+    icmp = icmp[:2] + struct.pack("!H", checksum) + icmp[4:]
+    ipv6 = struct.pack("!IHBB", 6 << 28, len(icmp), ICMPV6, 255)
+    ipv6 += address.packed + ALL_NODES.packed
+    return [ALL_NODES_MAC + src + struct.pack("!H", ETH_P_IPV6) + ipv6 + icmp]
+
+
+def announce(ns: Netns, end: End) -> None:
+    """Send `end`'s announcement from its interface in `ns` (best effort, see module doc).
+
+    The MAC announced is the one the interface has, read from the kernel, not
+    the row's: the announcement never claims an address the interface lacks.
+    """
+    if not end.ip:
+        return
+    try:
+        with socket_in(ns, socket.AF_PACKET, socket.SOCK_RAW) as sock:
+            sock.bind((end.intf, 0))
+            mac = ":".join(f"{byte:02x}" for byte in sock.getsockname()[4])
+            for frame in frames(mac, end.ip):
+                sock.send(frame)
+    except OSError as exc:
+        log.warning("announce %s in %s: %s", end.intf, ns.path, exc)
+
+
+def announce_at(end: End) -> None:
+    """`announce` into `end.netns` opened by path; a netns gone meanwhile is no announcement."""
+    try:
+        with open_netns(end.netns) as ns:
+            announce(ns, end)
+    except (NetnsGone, NotANetns) as exc:
+        log.debug("announce %s: %s", end.intf, exc)
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\x00"
+    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
