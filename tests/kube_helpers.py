@@ -66,9 +66,9 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT) ->
         time.sleep(0.1)
 
 
-def _topologies_served(api: client.ApiClient) -> bool:
+def _served(api: client.ApiClient, group: str, version: str, plural: str) -> bool:
     try:
-        client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
+        raw(api, "GET", f"/apis/{group}/{version}/{plural}?limit=1")
     except ApiException as err:
         if err.status == 404:
             return False
@@ -77,40 +77,48 @@ def _topologies_served(api: client.ApiClient) -> bool:
 
 
 def install_crd(api: client.ApiClient, path: Path) -> dict[str, Any]:
-    """Create the CRD in `path` (v1 or v1beta1) and wait until Topology objects are served."""
+    """Create the CRD in `path` (v1 or v1beta1) and wait until its objects are served."""
     crd = yaml.safe_load(path.read_text())
     crd.pop("status", None)
     version = crd["apiVersion"]
+    name = crd["metadata"]["name"]
+    spec = crd["spec"]
+    served = (spec["group"], spec["versions"][0]["name"], spec["names"]["plural"])
     raw(api, "POST", f"/apis/{version}/customresourcedefinitions", crd)
 
     def established() -> bool:
-        got = raw(api, "GET", f"/apis/{version}/customresourcedefinitions/{CRD_NAME}")
+        got = raw(api, "GET", f"/apis/{version}/customresourcedefinitions/{name}")
         conditions = (got.get("status") or {}).get("conditions") or []
         ok = any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-        return ok and _topologies_served(api)
+        return ok and _served(api, *served)
 
     wait_for(f"CRD {path.name} established", established)
     return dict(crd)
 
 
-def uninstall_crd(api: client.ApiClient) -> None:
-    """Delete the Topology CRD (and with it every Topology) and wait until it is gone."""
+def uninstall_crd(api: client.ApiClient, name: str = CRD_NAME) -> None:
+    """Delete CRD `name` (the Topology CRD by default), and with it its objects, and wait
+    until it is gone."""
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
     try:
-        raw(api, "DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+        raw(api, "DELETE", path)
     except ApiException as err:
         if err.status != 404:
             raise
 
     def gone() -> bool:
         try:
-            raw(api, "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+            raw(api, "GET", path)
         except ApiException as err:
             if err.status == 404:
-                return not _topologies_served(api)
+                return True
             raise
         return False
 
-    wait_for("the Topology CRD deleted", gone)
+    wait_for(f"CRD {name} deleted", gone)
+    if name == CRD_NAME:
+        wait_for("Topology objects no longer served",
+                 lambda: not _served(api, GROUP, VERSION, PLURAL))  # fmt: skip
 
 
 def unique(prefix: str) -> str:

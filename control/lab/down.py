@@ -9,11 +9,13 @@ with them; the lab puts none in the host's namespace), then the directory.
 Without a state file there are no PIDs to stop: only prefixed namespaces and
 an empty lab directory are removed.
 
-A lab on an existing API server (`up --kubeconfig`) first has its Topology
-objects deleted there, then the objects `up` created (kube.py), through the
-user's kubeconfig. When that fails (the server unreachable, the kubeconfig
-gone), the rest is still removed, but the lab directory is kept and LabError
-says what is left: run `down` again once the server answers.
+A lab on an existing API server (`up --kubeconfig`) has its Topology objects
+deleted there once its processes are stopped (no daemon is left to act on
+the deletions, or to be refused once its RBAC objects go), then the objects
+`up` created (kube.py), through the user's kubeconfig. When that fails (the
+server unreachable, the kubeconfig gone), the rest is still removed, but the
+lab directory is kept and LabError says what is left: run `down` again once
+the server answers.
 """
 
 from __future__ import annotations
@@ -41,17 +43,17 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
     removed: list[str] = []
     state = lab.load() if lab.exists() else None
     left = ""
-    if state is not None and state.kube_server:
-        try:
-            removed.extend(_delete_from_server(state))
-        except LabError as exc:
-            left = str(exc)
     if state is not None:
         for record in reversed(state.processes):
             running = processes.is_running(record)
             processes.stop(record)  # also sweeps a group whose leader is gone
             if running:
                 removed.append(f"process {record.role} (pid {record.pid})")
+    if state is not None and state.kube_server:
+        try:
+            removed.extend(_delete_from_server(state))
+        except LabError as exc:
+            left = str(exc)
     recorded = list(reversed(state.netns)) if state else []
     for name in dict.fromkeys([*recorded, *netns.names_with_prefix(names.prefix)]):
         if name.startswith(names.prefix) and netns.exists(name):

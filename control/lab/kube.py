@@ -6,9 +6,10 @@ user's kubeconfig names (its current context). `up`, through `KubeLab`:
 - checks that the server serves Topology objects (a Topology CRD is installed;
   meshwire's, KNE's or upstream meshnet's), and otherwise stops, naming
   `deploy/crd.yaml`, before anything is made;
-- creates the namespaces the lab file's Topologies are in, and the
+- creates the namespaces the lab file's Topologies are in, the
   `meshwire` namespace, ServiceAccount, ClusterRole and ClusterRoleBinding of
-  `deploy/rbac.yaml`: each only if missing, and each recorded in the state
+  `deploy/rbac.yaml`, and the IdAllocation CRD the daemons keep their id slots
+  in (`deploy/crd-idallocations.yaml`): each only if missing, and each recorded in the state
   file before it is created, so that `down` deletes what the lab made and
   nothing else (objects that existed before are left as they are);
 - gives each node's daemon a kubeconfig of its own: the server's address and
@@ -33,6 +34,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import socket
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -51,6 +53,9 @@ from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC = REPO / "deploy" / "rbac.yaml"
+ID_CRD = REPO / "deploy" / "crd-idallocations.yaml"
+# How long (s) a CRD `up` created may take to be served.
+CRD_READY_TIMEOUT = 30.0
 # The bound token each node's daemon gets: a day, longer than a lab lives; the
 # daemon reads the kubeconfig once, so a lab older than that needs `up` again.
 TOKEN_SECONDS = 86400
@@ -64,6 +69,7 @@ NAMESPACE = "namespace"
 SERVICE_ACCOUNT = "serviceaccount"
 CLUSTER_ROLE = "clusterrole"
 CLUSTER_ROLE_BINDING = "clusterrolebinding"
+CRD = "customresourcedefinition"
 
 
 class KubeLab:
@@ -142,6 +148,7 @@ class KubeLab:
                         _request_timeout=timeout),
                 record,
             )  # fmt: skip
+        self._create_id_crd(record)
         for obj in manifests:
             meta = obj["metadata"]
             if obj["kind"] == "ServiceAccount":
@@ -169,6 +176,38 @@ class KubeLab:
                     partial(rbac.create_cluster_role_binding, obj, _request_timeout=timeout),
                     record,
                 )  # fmt: skip
+
+    def _create_id_crd(self, record: Callable[[str], None]) -> None:
+        """The IdAllocation CRD if missing, waited for until its objects are served."""
+        crd = _manifests(ID_CRD)[0]
+        spec = crd["spec"]
+        extensions: Any = client.ApiextensionsV1Api(self.api)
+        objects: Any = client.CustomObjectsApi(self.api)
+        timeout = REQUEST_TIMEOUT
+        name = crd["metadata"]["name"]
+        self._create(
+            f"{CRD}/{name}",
+            partial(extensions.read_custom_resource_definition, name, _request_timeout=timeout),
+            partial(extensions.create_custom_resource_definition, crd, _request_timeout=timeout),
+            record,
+        )
+        served = partial(
+            objects.list_cluster_custom_object,
+            spec["group"],
+            spec["versions"][0]["name"],
+            spec["names"]["plural"],
+            limit=1,
+            _request_timeout=timeout,
+        )
+        deadline = time.monotonic() + CRD_READY_TIMEOUT
+        while True:
+            try:
+                self._call(served)
+                return
+            except ApiException as exc:
+                if exc.status != 404 or time.monotonic() > deadline:
+                    raise LabError(f"API server {self.server}: {name}: {describe(exc)}") from None
+            time.sleep(0.2)
 
     def node_kubeconfig(self, path: Path, node: str, index: int) -> None:
         """Write the kubeconfig of `node`'s daemon (the lab's `index`th node): this server
@@ -299,14 +338,21 @@ def _delete_one(core: Any, rbac: Any, kind: str, rest: str) -> object:
         return rbac.delete_cluster_role(rest, _request_timeout=REQUEST_TIMEOUT)
     if kind == CLUSTER_ROLE_BINDING:
         return rbac.delete_cluster_role_binding(rest, _request_timeout=REQUEST_TIMEOUT)
+    if kind == CRD:
+        extensions: Any = client.ApiextensionsV1Api(core.api_client)
+        return extensions.delete_custom_resource_definition(rest, _request_timeout=REQUEST_TIMEOUT)
     raise LabError(f"lab state: unknown kind of object {kind!r}")
 
 
 def _rbac_objects() -> list[dict[str, Any]]:
+    return _manifests(RBAC)
+
+
+def _manifests(path: Path) -> list[dict[str, Any]]:
     try:
-        return [o for o in yaml.safe_load_all(RBAC.read_text()) if o]
+        return [o for o in yaml.safe_load_all(path.read_text()) if o]
     except OSError as exc:
-        raise LabError(f"{RBAC}: {exc.strerror} (the lab needs meshwire's source tree)") from None
+        raise LabError(f"{path}: {exc.strerror} (the lab needs meshwire's source tree)") from None
 
 
 def needs_address(ip: str) -> bool:
