@@ -17,6 +17,8 @@ down: setup
 	$(MW) lab down
 
 test: setup
+	# A real kube-apiserver + etcd for tests/kube_cluster.py: built once, cached (or KUBEBUILDER_ASSETS).
+	bash scripts/kube-assets.sh >/dev/null
 	.venv/bin/python -m pytest -q --durations=25
 
 lint: setup

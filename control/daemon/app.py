@@ -71,6 +71,9 @@ log = logging.getLogger(__name__)
 PLUMBING_ERROR_PERIOD = 0.2
 # Shutdown waits this long for status writes to reach the API.
 FLUSH_GRACE = 3.0
+# How `failure.describe` starts for a call the API server refused to authenticate
+# or authorize.
+DENIED = ("401 ", "403 ")
 
 
 class Daemon:
@@ -117,6 +120,8 @@ class Daemon:
         self._waits = StartWaits()
         # Why the informer's last list or watch failed ("" when none did).
         self._sync_error: Callable[[], str] = lambda: ""
+        # Why the last status write was refused (401/403), "" once one lands.
+        self._write_denied: Callable[[], str] = lambda: ""
 
     # -- readiness --------------------------------------------------------------
 
@@ -126,6 +131,13 @@ class Daemon:
         if not self.topologies.initialized:
             error = self._sync_error()
             return f"topologies not synced: {error}" if error else "topologies not synced"
+        # Refused credentials or permissions stay refused until someone fixes
+        # them: a synced daemon that can no longer watch, or write status, says so.
+        error = self._sync_error()
+        if error.startswith(DENIED):
+            return f"topologies: {error}"
+        if denied := self._write_denied():
+            return f"status writes: {denied}"
         if not self.slots.synced.is_set():
             error = self.slots.last_error
             return f"id slots not read: {error}" if error else "id slots not read"
@@ -157,6 +169,8 @@ class Daemon:
             ),
         )
         self._sync_error = lambda: informer.stats.last_error
+        status = self.status
+        self._write_denied = lambda: status.denied
         self.slots.view_healthy = lambda: not informer.stats.last_error
         self.metrics.attach(
             StateView(

@@ -54,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-daemon", action="store_true", help="nodes, pods and API only: no daemons, no CNI"
     )
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="the daemons watch the API server this kubeconfig names instead of an embedded "
+        "API (it needs a Topology CRD: deploy/crd.yaml)",
+    )
     p = command("status", "pods, nodes and links with their state and counters")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     command("check", "prove every link carries traffic")
@@ -90,7 +96,14 @@ def main(argv: list[str], runtime: Runtime | None = None) -> int:
 def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime | None) -> int:
     if args.command == "up":
         options = UpOptions(
-            args.file, args.nodes, args.placement, args.config, args.name, args.dir, args.wait
+            args.file,
+            args.nodes,
+            args.placement,
+            args.config,
+            args.name,
+            args.dir,
+            args.wait,
+            args.kubeconfig,
         )
         chosen = runtime or MeshwireRuntime(with_daemons=not args.no_daemon)
         state = up(options, chosen, for_stream(sys.stdout))

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from meshwire.control.lab import processes
 from meshwire.control.lab.check import end_netns, pod_ends
+from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.kernel import Ends
+from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.links import LabEnd, lab_links, topologies_of
 from meshwire.control.lab.names import HUB_IP, LabNames, netns_path
 from meshwire.control.lab.probe import http_get
@@ -32,6 +35,8 @@ TOPOLOGIES_PATH = f"/apis/{API_VERSION}/{PLURAL}"
 
 def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] | None:
     """`ns/name` -> the Topology's status from the API; None when the API does not answer."""
+    if state.kube_server:
+        return _kube_statuses(state)
     answer = http_get(HUB_IP, state.api_port, TOPOLOGIES_PATH, netns=names.hub_netns)
     if answer is None or answer[0] != 200:
         return None
@@ -44,6 +49,18 @@ def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] 
         meta = item.get("metadata") or {}
         out[f"{meta.get('namespace', 'default')}/{meta.get('name')}"] = item.get("status") or {}
     return out
+
+
+def _kube_statuses(state: LabState) -> dict[str, dict[str, Any]] | None:
+    """The statuses from the API server of `lab up --kubeconfig`, as its kubeconfig reaches it."""
+    try:
+        kube = KubeLab(Path(state.kubeconfig))
+    except LabError:
+        return None
+    try:
+        return kube.statuses(state.topology_keys())
+    finally:
+        kube.close()
 
 
 def gather(state: LabState, names: LabNames) -> dict[str, Any]:
