@@ -7,6 +7,7 @@ status changes only through the `/status` subresource.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -144,3 +145,26 @@ def test_status_changes_only_through_the_status_subresource(
     # The spec part of a /status write is ignored.
     assert written["spec"] == body["spec"]
     assert objects.get_namespaced_custom_object(*target, "r1")["status"] == status
+
+
+def test_graph_draws_a_namespace_from_the_real_servers_topologies(
+    kube: ControlPlane, api: client.ApiClient, tmp_path: Path
+) -> None:
+    fixture = REPO / "tests" / "data" / "meshnet" / "3node.yml"
+    loaded = load_file(fixture)
+    ensure_namespace(api, "default")
+    kubeconfig = str(kube.admin_kubeconfig)
+    applied = meshwire("apply", "-f", str(fixture), "--kubeconfig", kubeconfig)
+    try:
+        assert applied.returncode == 0, applied.stderr
+        out = tmp_path / "lab.json"
+        done = meshwire("graph", "--kubeconfig", kubeconfig, "-n", "default", "-o", str(out))
+        assert done.returncode == 0, done.stderr
+        graph = json.loads(out.read_text())
+        assert sorted(p["id"] for p in graph["pods"]) == sorted(t.key for t in loaded)
+        uids = {f"default/{link.uid}" for t in loaded for link in t.links}
+        # No pod runs here (no status): every link is drawn, none placed.
+        assert {k["id"]: k["state"] for k in graph["links"]} == dict.fromkeys(uids, "unplaced")
+    finally:
+        deleted = meshwire("delete", "-f", str(fixture), "--kubeconfig", kubeconfig)
+        assert deleted.returncode == 0, deleted.stderr
