@@ -1,4 +1,4 @@
-"""The Wire stream's authenticated preface (dataplane/preface.py): only key holders put frames on TAPs.
+"""The Wire stream's authenticated preface (dataplane/preface.py): only key holders reach TAPs.
 
 The preface is tested on socket pairs; the workers with real TAPs in network
 namespaces, as in test_dataplane_wire.py: a stock grpcio client on a worker's
@@ -138,6 +138,7 @@ def test_a_key_file_without_a_usable_key_is_an_error_naming_the_file(tmp_path: P
 
 # -- workers -----------------------------------------------------------------------
 
+
 @pytest.fixture
 def prefix() -> Iterator[str]:
     with netns_prefix() as p:
@@ -176,9 +177,9 @@ def lldp(marker: bytes) -> bytes:
 
 def stock_client(pod_node: str, port: int, wire_id: int, frame: bytes) -> str:
     netns = os.path.basename(pod_node)
+    args = [str(port), str(wire_id), frame.hex()]
     done = subprocess.run(
-        ["ip", "netns", "exec", netns, sys.executable, "-c", GRPC_CLIENT]
-        + [str(port), str(wire_id), frame.hex()],
+        ["ip", "netns", "exec", netns, sys.executable, "-c", GRPC_CLIENT, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -248,9 +249,10 @@ async def test_a_worker_holding_another_key_gets_no_frame_onto_a_pod(
     x = make_pod(prefix, "x", "10.0.0.9/24")
     node = make_node(prefix)
     try:
-        async with workers(node, 1, wire_key=good) as (node_b,), workers(
-            node, 1, wire_key=bad
-        ) as (intruder,):
+        async with (
+            workers(node, 1, wire_key=good) as (node_b,),
+            workers(node, 1, wire_key=bad) as (intruder,),
+        ):
             await node_b.add_wire(AddWire(2, "lab", NODE, 1, 1), b.fd)
             await intruder.add_wire(AddWire(9, "lab", NODE, node_b.data_port, 2), x.fd)
             sniffer = packet_socket(b)
