@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("lab",): "lab.command",
     ("config", "defaults"): "config_command",
     ("links",): "links_command",
+    ("certs",): "certs_command",
 }
 
 USAGE = """usage: meshwire COMMAND [ARGS]
@@ -38,6 +39,7 @@ commands:
   links [--url URL | --config F] [--state S] [--json]
                                   this node's link ends, their state and last error
   config defaults                 print the config file with every default
+  certs init DIR                  the cluster's CA, CA key and wire key, and their Secret
 """
 
 
