@@ -14,6 +14,8 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,3 +199,22 @@ def test_missing_or_mismatched_files_are_errors_naming_the_config_key(tmp_path: 
     ):
         with pytest.raises(CredentialError, match=key):
             NodeCredentials(broken, *A)
+
+
+def test_a_grpc_daemon_without_its_credentials_exits_naming_the_config_key(
+    tmp_path: Path,
+) -> None:
+    argv = [sys.executable, "-m", "meshwire.control.cli", "daemon"]
+    for key, value in {
+        "node_ip": "127.0.0.1",
+        "inter_node_link_type": "grpc",
+        "auth.ca_cert": str(tmp_path / "missing" / "ca.crt"),
+        "auth.wire_key": str(auth_in(tmp_path / "c").wire_key),
+        "cni.socket": str(tmp_path / "cni.sock"),
+        "reserve_ports": "false",
+    }.items():
+        argv += ["--set", f"{key}={value}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert f"auth.ca_cert: {tmp_path}/missing/ca.crt: No such file" in done.stderr
+    assert "meshwire certs init" in done.stderr
