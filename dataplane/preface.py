@@ -40,6 +40,8 @@ NONCE = 32
 MAC = 32
 KEY_ID = 8
 ACCEPTED = b"\x01"
+# What an HTTP/2 client sends first: a connection starting with it skipped the preface.
+HTTP2_START = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 NAME_MAX = 255
 # A preface not finished within this is given up (a peer that stalls).
 TIMEOUT = 10.0
@@ -51,6 +53,11 @@ log = logging.getLogger(__name__)
 
 class PrefaceError(OSError):
     """The preface failed: the peer is not trusted, or the connection broke."""
+
+
+class PlainHttp2(PrefaceError):
+    """The peer started HTTP/2 at once: a stock gRPC client, or a node with auth off.
+    Nothing of the connection was read: its calls can be answered UNAUTHENTICATED."""
 
 
 def key_id(key: bytes) -> bytes:
@@ -142,9 +149,38 @@ async def _read(sock: socket.socket, n: int) -> bytes:
     while len(data) < n:
         chunk = await loop.sock_recv(sock, n - len(data))
         if not chunk:
-            raise PrefaceError("the peer closed the connection during the preface")
+            raise PrefaceError(
+                "the peer closed the connection during the preface (does it hold the wire key, "
+                "with auth.enabled?)"
+            )
         data += chunk
     return data
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+async def _peek(sock: socket.socket, n: int) -> bytes:
+    """The first n bytes the socket holds (fewer at EOF), left unread."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data = sock.recv(n, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            data = None
+        if data is not None and (len(data) >= n or not data):
+            return data
+        if data:  # part of it: the rest is on its way
+            await asyncio.sleep(0.01)
+            continue
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(sock.fileno(), _wake, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(sock.fileno())
 
 
 async def as_sender(sock: socket.socket, keys: Keyring, node: str) -> str:
@@ -183,6 +219,11 @@ async def as_receiver(sock: socket.socket, keys: Keyring, node: str) -> str:
 
 async def _as_receiver(sock: socket.socket, keys: Keyring, node: str) -> str:
     loop = asyncio.get_running_loop()
+    if await _peek(sock, len(MAGIC)) == HTTP2_START[: len(MAGIC)]:
+        raise PlainHttp2(
+            "HTTP/2 without the authenticated wire preface (a gRPC client without the wire key, "
+            "or a node with auth.enabled false)"
+        )
     hello = await _read(sock, len(MAGIC) + KEY_ID + NONCE + 1)
     if hello[: len(MAGIC)] != MAGIC:
         raise PrefaceError("no authenticated wire preface")

@@ -11,7 +11,9 @@ on, so one bad sender never stalls other wires.
 With wire keys (config `auth.wire_key`), a connection gets its receiver only
 after the sender passed the authenticated preface (preface.py); one that fails
 it is closed before any of its HTTP/2 bytes is read, counted and logged (once
-per address a minute).
+per address a minute). One that starts HTTP/2 at once (a stock gRPC client, a
+node with auth off) gets a receiver that answers each of its calls with
+UNAUTHENTICATED and delivers nothing.
 """
 
 from __future__ import annotations
@@ -107,6 +109,14 @@ class Listener:
         """Serves the connection once its sender passed the preface; closes it otherwise."""
         try:
             await preface.as_receiver(sock, keys, self._node)
+        except preface.PlainHttp2 as exc:
+            # Its calls are answered UNAUTHENTICATED, saying why; nothing is delivered.
+            self.refusals.refused("wire service", _address(sock), str(exc))
+            if self._sock is None:
+                sock.close()
+            else:
+                self._serve(sock, refusal=str(exc))
+            return
         except OSError as exc:  # TimeoutError included
             self.refusals.refused("wire service", _address(sock), str(exc) or "no preface in time")
             sock.close()
@@ -119,9 +129,10 @@ class Listener:
             return
         self._serve(sock)
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: socket.socket, refusal: str = "") -> None:
+        """Serves the connection; with `refusal`, every call on it is refused with it."""
         try:
-            connection = _Connection(sock, self._table, self._stats, self._forget)
+            connection = _Connection(sock, self._table, self._stats, self._forget, refusal)
         except MemoryError as exc:
             log.warning("wire service: %s; connection refused", exc)
             sock.close()
@@ -142,7 +153,12 @@ def _address(sock: socket.socket) -> str:
 
 class _Connection:
     def __init__(
-        self, sock: socket.socket, table: WireTable, stats: Any, forget: Callable[[int], None]
+        self,
+        sock: socket.socket,
+        table: WireTable,
+        stats: Any,
+        forget: Callable[[int], None],
+        refusal: str = "",
     ) -> None:
         self._sock = sock
         self._fd = sock.fileno()
@@ -150,6 +166,8 @@ class _Connection:
         self._receiver: Any = lib.mw_receiver_new(self._fd, table.handle, stats)
         if self._receiver == ffi.NULL:
             raise MemoryError("wire service: no memory for a connection")
+        if refusal:
+            lib.mw_receiver_refuse_all(self._receiver, refusal.encode())
         receiver = self._receiver
         self._watch = Watch(
             self._fd,

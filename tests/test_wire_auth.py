@@ -108,6 +108,18 @@ async def test_a_wrong_mac_with_the_right_key_id_is_refused(tmp_path: Path) -> N
         assert len(head) == len(preface.MAGIC) + 32 + 1 + len(b"node-b") + preface.MAC
 
 
+async def test_http2_without_the_preface_is_told_apart_and_left_unread(tmp_path: Path) -> None:
+    receiver = preface.Keyring(key_file(tmp_path / "wire.key", KEY_A))
+    left, right = socket.socketpair()
+    with left, right:
+        right.setblocking(False)
+        left.sendall(preface.HTTP2_START)
+        with pytest.raises(preface.PlainHttp2):
+            await preface.as_receiver(right, receiver, "node-b")
+        # Still there for the HTTP/2 receiver that answers UNAUTHENTICATED.
+        assert right.recv(64) == preface.HTTP2_START
+
+
 async def test_a_receiver_with_the_new_and_old_keys_accepts_both(tmp_path: Path) -> None:
     old = preface.Keyring(key_file(tmp_path / "old.key", KEY_A))
     new = preface.Keyring(key_file(tmp_path / "new.key", KEY_B))
@@ -167,7 +179,7 @@ try:
          metadata=[("meshwire-namespace", "lab")])
     print("OK")
 except grpc.RpcError as exc:
-    print(exc.code().name)
+    print(exc.code().name, exc.details())
 """
 
 
@@ -225,7 +237,8 @@ async def test_a_stock_grpc_client_gets_frames_onto_a_pod_only_without_keys(
             if not keyed:
                 assert (answer, got) == ("OK", True)
                 return
-            assert answer == "UNAVAILABLE"
+            assert "without the authenticated wire preface" in answer
+            assert answer.startswith("UNAUTHENTICATED")
             assert not got
             await wait_until(lambda: refused(node_b) >= 1, within=30)
             assert ping(a, b.address)  # and the refusal touched no wire
