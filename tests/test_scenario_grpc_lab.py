@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from lab_helpers import Lab, in_ns, unique_lab
 
+from meshwire.control.auth import certs
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
 from meshwire.control.reconcile.ids import preferred_slot, wire_id
@@ -372,3 +373,32 @@ def test_a_client_without_credentials_is_refused_and_none_of_its_frames_reaches_
     # The lab's own links, authenticated, all still pass.
     check(lab, capsys)
     assert settled(lab, 1)['meshwire_wires{state="waiting"}'] == 0
+
+
+def test_new_credentials_keep_running_wires_and_serve_every_new_connection(
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lab's credential files replaced at once by new ones (the worst case: no
+    overlap): the wires that run keep running; a worker and a daemon started afterwards
+    connect with the new ones, and every link passes `lab check` again."""
+    lab = grpc_lab("3node.yml", 2)  # r1-r2 and r2-r3 are wires, node1 to node2
+    check(lab, capsys)
+    taps = {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")}
+    auth = lab.directory / "auth"
+    fresh = lab.directory / "auth-new"
+    certs.init_dir(fresh)
+    for name in (certs.CA_CERT, certs.CA_KEY, certs.WIRE_KEY):
+        os.replace(fresh / name, auth / name)
+
+    check(lab, capsys)  # the streams and channels made before carry on
+    (pid,) = (int(v) for k, v in settled(lab, 2).items() if k.startswith("meshwire_worker_pid"))
+    os.kill(pid, signal.SIGKILL)  # its new streams, both ways, use the new wire key
+    assert lab.run("kill-daemon", "node1") == 0  # a new certificate, new Peer channels
+    deadline = time.monotonic() + 60
+    while any(settled(lab, node)['meshwire_wires{state="ready"}'] != 2 for node in (1, 2)):
+        assert time.monotonic() < deadline, "the wires did not come back with the new credentials"
+        time.sleep(0.2)
+    check(lab, capsys)
+    assert {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")} == taps
+    for node in (1, 2):
+        assert metrics(lab, node).get('meshwire_auth_refused_total{service="wire"}', 0) == 0
