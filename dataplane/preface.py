@@ -92,6 +92,7 @@ class Keyring:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._keys: list[bytes] = []
+        self._problem = ""  # why the file was last unusable, logged once
         self.reload()
 
     def reload(self) -> bool:
@@ -109,8 +110,11 @@ class Keyring:
             why = f"{self.path}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
             if not self._keys:
                 raise ValueError(why) from None
-            log.warning("wire keys: %s; keeping the keys read before", why)
+            if why != self._problem:
+                log.warning("wire keys: %s; keeping the keys read before", why)
+            self._problem = why
             return False
+        self._problem = ""
         with self._lock:
             changed = keys != self._keys
             self._keys, self._stamp = keys, stamp

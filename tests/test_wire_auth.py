@@ -137,6 +137,13 @@ async def test_a_changed_key_file_is_read_again_for_the_next_connection(tmp_path
     assert await run_preface(other, keys) == ("node-b", "node-a")
 
 
+async def test_a_key_file_broken_later_keeps_the_keys_read_before(tmp_path: Path) -> None:
+    path = tmp_path / "wire.key"
+    keys = preface.Keyring(key_file(path, KEY_A))
+    path.write_text("not a key\n")
+    assert await run_preface(keys, keys) == ("node-b", "node-a")
+
+
 def test_a_key_file_without_a_usable_key_is_an_error_naming_the_file(tmp_path: Path) -> None:
     for text, why in (("", "no key"), ("zz\n", "not a hex key"), ("abcd\n", "16 bytes")):
         path = tmp_path / "wire.key"
