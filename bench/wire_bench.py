@@ -11,7 +11,12 @@ namespaces), so what is measured is the product as a user runs it:
   (c) wire:  two pods on two nodes, `inter_node_link_type: grpc`, batching on
       (`dataplane.batch_frames` at its default, 256), with 1 and 2 workers per node;
   (d) wire, batching off (`batch_frames: 1`: one gRPC message per frame, the
-      design of KNE's gRPC wire), with 1 and 2 workers.
+      design of KNE's gRPC wire), with 1 and 2 workers;
+  (e) wire, batched, 1 worker, with `auth.enabled: false`: (c) and (d) run as
+      a lab does by default, every stream opened with the authenticated
+      preface (dataplane/preface.py; then the stream is in the clear), and
+      (e) is the unauthenticated wire they are compared with (issue 22:
+      (c) >= 0.9 x (e) in TCP and in frames/s).
 
 With 2 workers the lab has two pod pairs whose wires sit on different workers
 (uids 1 and 2: a wire's worker is its uid modulo the worker count), measured
@@ -320,12 +325,18 @@ def measure(
     return result
 
 
-def grpc_config(batch_frames: int | None, workers: int) -> str:
-    """The daemons' config; `batch_frames` None keeps the default."""
+def grpc_config(batch_frames: int | None, workers: int, auth: bool = True) -> str:
+    """The daemons' config; `batch_frames` None keeps the default. The lab makes its own
+    credentials; `auth` False turns authentication off."""
     config = f"inter_node_link_type: grpc\nworkers: {workers}\n"
     if batch_frames is not None:
         config += f"dataplane: {{batch_frames: {batch_frames}}}\n"
+    if not auth:
+        config += "auth: {enabled: false}\n"
     return config
+
+
+UNAUTHENTICATED = "(e) wire, batched, no auth, 1 worker"
 
 
 def pair(a: str, b: str, uid: int) -> Pair:
@@ -360,6 +371,11 @@ def bench(seconds: float, repeat: int) -> list[Result]:
                 pairs = [pair(*link) for link in used]
                 with BenchLab(work, used, placement, grpc_config(batch, workers)) as lab:
                     results.append(measure(name, lab, program, pairs, seconds, repeat))
+        used = wires[:1]
+        placement = {pod: f"node{k + 1}" for a, b, _ in used for k, pod in enumerate((a, b))}
+        with BenchLab(work, used, placement, grpc_config(None, 1, auth=False)) as lab:
+            name = UNAUTHENTICATED
+            results.append(measure(name, lab, program, [pair(*used[0])], seconds, repeat))
     return results
 
 
@@ -367,7 +383,7 @@ def table(results: list[Result]) -> str:
     by_name = {r.name: r for r in results}
     veth, vxlan = by_name["(a) veth"], by_name["(b) vxlan"]
     lines = [
-        f"{'configuration':32} {'TCP Gbit/s':>10} {'/vxlan':>7} {'/veth':>6} "
+        f"{'configuration':37} {'TCP Gbit/s':>10} {'/vxlan':>7} {'/veth':>6} "
         f"{'64B frames/s':>13} {'/(d)':>6} {'/vxlan':>7} {'/veth':>6} "
         f"{'worker us/frame':>16} {'RTT ms':>7}"
     ]
@@ -377,10 +393,18 @@ def table(results: list[Result]) -> str:
         vs_d = f"{r.frames_per_s / unbatched.frames_per_s:6.1f}" if unbatched else f"{'':6}"
         cost = f"{r.worker_us_per_frame:16.2f}" if r.worker_us_per_frame is not None else " " * 16
         lines.append(
-            f"{r.name:32} {r.tcp_gbps:10.2f} {r.tcp_gbps / vxlan.tcp_gbps:7.2f} "
+            f"{r.name:37} {r.tcp_gbps:10.2f} {r.tcp_gbps / vxlan.tcp_gbps:7.2f} "
             f"{r.tcp_gbps / veth.tcp_gbps:6.2f} {r.frames_per_s:13,.0f} {vs_d} "
             f"{r.frames_per_s / vxlan.frames_per_s:7.2f} {r.frames_per_s / veth.frames_per_s:6.2f} "
             f"{cost} {r.rtt_ms:7.3f}"
+        )
+    open_wire = by_name.get(UNAUTHENTICATED)
+    authenticated = by_name.get("(c) wire, batched, 1 worker")
+    if open_wire and authenticated:
+        lines.append(
+            f"authenticated (c) 1 worker / unauthenticated (e): "
+            f"TCP {authenticated.tcp_gbps / open_wire.tcp_gbps:.2f}, "
+            f"64B frames/s {authenticated.frames_per_s / open_wire.frames_per_s:.2f}"
         )
     return "\n".join(lines)
 

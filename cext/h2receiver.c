@@ -30,6 +30,7 @@
 /* gRPC status codes (grpc/status.h). */
 #define STATUS_UNIMPLEMENTED "12"
 #define STATUS_INVALID_ARGUMENT "3"
+#define STATUS_UNAUTHENTICATED "16"
 
 struct call {
     mw_receiver *conn;
@@ -52,6 +53,7 @@ struct mw_receiver {
     mw_rx_stats *stats;
     struct call *calls;
     uint8_t *buf;
+    char refusal[160]; /* non-empty: every call is refused UNAUTHENTICATED with it */
 };
 
 static int starts_with(const uint8_t *s, size_t len, const char *prefix)
@@ -85,7 +87,9 @@ static void refuse(struct call *c, const char *status, const char *message)
 
 static void accept_call(struct call *c)
 {
-    if (!c->path_ok)
+    if (c->conn->refusal[0])
+        refuse(c, STATUS_UNAUTHENTICATED, c->conn->refusal);
+    else if (!c->path_ok)
         refuse(c, STATUS_UNIMPLEMENTED, "meshwire workers serve " MW_WIRE_PATH " only");
     else if (!c->grpc_type)
         refuse(c, STATUS_INVALID_ARGUMENT, "content-type must be application/grpc");
@@ -300,6 +304,11 @@ int mw_receiver_on_readable(mw_receiver *r)
 int mw_receiver_on_writable(mw_receiver *r)
 {
     return next_step(r);
+}
+
+void mw_receiver_refuse_all(mw_receiver *r, const char *why)
+{
+    snprintf(r->refusal, sizeof(r->refusal), "%s", why && why[0] ? why : "unauthenticated");
 }
 
 int mw_receiver_shut(mw_receiver *r)

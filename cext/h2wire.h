@@ -62,6 +62,9 @@ mw_receiver *mw_receiver_new(int fd, mw_table *table, mw_rx_stats *stats);
 void mw_receiver_free(mw_receiver *r);
 int mw_receiver_on_readable(mw_receiver *r);
 int mw_receiver_on_writable(mw_receiver *r);
+/* From now on answers every call with grpc-status 16 (UNAUTHENTICATED) and `why`, and
+ * delivers nothing: for a connection that did not pass the authenticated preface. */
+void mw_receiver_refuse_all(mw_receiver *r, const char *why);
 /* Says GOAWAY (the worker is stopping); DONE follows once it is written. */
 int mw_receiver_shut(mw_receiver *r);
 /* What failed the connection: "" if nothing did (a sender closing it is no failure). */

@@ -23,6 +23,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("graph",): "graph.command:cluster_main",
     ("config", "defaults"): "config_command",
     ("links",): "links_command",
+    ("certs",): "certs_command",
 }
 
 USAGE = """usage: meshwire COMMAND [ARGS]
@@ -44,6 +45,7 @@ commands:
   links [--url URL | --config F] [--state S] [--json]
                                   this node's link ends, their state and last error
   config defaults                 print the config file with every default
+  certs init DIR                  the cluster's CA, CA key and wire key, and their Secret
 """
 
 

@@ -136,6 +136,32 @@ class DataplaneConfig(_Section):
     )
 
 
+class AuthConfig(_Section):
+    enabled: bool = Field(
+        default=True,
+        description="Authenticate both ends of every node-to-node connection of the gRPC wire: "
+        "the Peer service with mutual TLS (each node's certificate names its node_name and "
+        "node_ip, issued at start from auth.ca_cert and auth.ca_key), the workers' streams "
+        "with an HMAC challenge on auth.wire_key before any frame. Make the three files with "
+        "`meshwire certs init DIR`. false: anyone who reaches the ports is trusted.",
+    )
+    ca_cert: str = Field(
+        default="/etc/meshwire-auth/ca.crt",
+        description="PEM bundle of the cluster CAs: a peer's certificate must chain to one. "
+        "Several certificates: each is trusted (rotation).",
+    )
+    ca_key: str = Field(
+        default="/etc/meshwire-auth/ca.key",
+        description="PEM private key of a certificate in auth.ca_cert: this node issues its "
+        "own certificate with it.",
+    )
+    wire_key: str = Field(
+        default="/etc/meshwire-auth/wire.key",
+        description="The cluster's wire keys, one hex key per line: streams are opened with "
+        "the first, and any of them is accepted (rotation).",
+    )
+
+
 class MetricsConfig(_Section):
     listen: str = Field(
         default=":51100",
@@ -233,6 +259,7 @@ class Config(_Section):
     cni: CniConfig = CniConfig()
     peer: PeerConfig = PeerConfig()
     dataplane: DataplaneConfig = DataplaneConfig()
+    auth: AuthConfig = AuthConfig()
     metrics: MetricsConfig = MetricsConfig()
     reconcile: ReconcileConfig = ReconcileConfig()
     vxlan: VxlanConfig = VxlanConfig()

@@ -70,12 +70,14 @@ class StreamState:
 @dataclass(frozen=True, slots=True)
 class StreamReport:
     """Outgoing streams with their refcounts; `incoming` streams being served;
-    frames for unknown wires and malformed batches received."""
+    frames for unknown wires and malformed batches received; connections refused for
+    failing the authenticated preface."""
 
     streams: tuple[StreamState, ...]
     incoming: int
     unknown: int
     malformed: int
+    refused: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,7 @@ def encode(message: Message) -> bytes:
             "incoming": message.incoming,
             "unknown": message.unknown,
             "malformed": message.malformed,
+            "refused": message.refused,
         }
     elif isinstance(message, WireReport):
         body |= {
@@ -155,6 +158,7 @@ def decode(data: bytes) -> Message:
                 r.count("incoming"),
                 r.count("unknown"),
                 r.count("malformed"),
+                r.count("refused"),
             )
         case "wire_report":
             return WireReport(tuple(_wire(kind, row) for row in r.items("wires")), r.flag("last"))

@@ -7,6 +7,13 @@ events (watch.py). A frame for a wire the worker lacks, or one of another
 topology namespace than its call's, is dropped and counted by the table. A
 message that breaks the Batch format is counted and skipped; the stream goes
 on, so one bad sender never stalls other wires.
+
+With wire keys (config `auth.wire_key`), a connection gets its receiver only
+after the sender passed the authenticated preface (preface.py); one that fails
+it is closed before any of its HTTP/2 bytes is read, counted and logged (once
+per address a minute). One that starts HTTP/2 at once (a stock gRPC client, a
+node with auth off) gets a receiver that answers each of its calls with
+UNAUTHENTICATED and delivers nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from meshwire.dataplane import tcp
+from meshwire.dataplane import preface, tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.watch import Watch
 from meshwire.dataplane.wirec import WireTable
@@ -30,8 +37,14 @@ BACKLOG = 128
 class Listener:
     """Serves the Wire service on one TCP port for the wires of `table`."""
 
-    def __init__(self, table: WireTable) -> None:
+    def __init__(
+        self, table: WireTable, keys: preface.Keyring | None = None, node: str = ""
+    ) -> None:
         self._table = table
+        self._keys = keys
+        self._node = node
+        self.refusals = preface.Refusals()
+        self._prefaces: set[asyncio.Task[None]] = set()
         self._stats: Any = ffi.new("mw_rx_stats *")
         self._sock: socket.socket | None = None
         self._connections: dict[int, _Connection] = {}
@@ -68,6 +81,8 @@ class Listener:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
+        for task in list(self._prefaces):
+            task.cancel()
         for connection in list(self._connections.values()):
             connection.shut()
 
@@ -83,22 +98,67 @@ class Listener:
                 return
             sock.setblocking(False)
             tcp.tune(sock)
-            try:
-                connection = _Connection(sock, self._table, self._stats, self._forget)
-            except MemoryError as exc:
-                log.warning("wire service: %s; connection refused", exc)
-                sock.close()
+            if self._keys is not None:
+                task = asyncio.get_running_loop().create_task(self._authenticate(sock, self._keys))
+                self._prefaces.add(task)
+                task.add_done_callback(self._prefaces.discard)
                 continue
-            self._connections[sock.fileno()] = connection
-            connection.start()
+            self._serve(sock)
+
+    async def _authenticate(self, sock: socket.socket, keys: preface.Keyring) -> None:
+        """Serves the connection once its sender passed the preface; closes it otherwise."""
+        try:
+            await preface.as_receiver(sock, keys, self._node)
+        except preface.PlainHttp2 as exc:
+            # Its calls are answered UNAUTHENTICATED, saying why; nothing is delivered.
+            self.refusals.refused("wire service", _address(sock), str(exc))
+            if self._sock is None:
+                sock.close()
+            else:
+                self._serve(sock, refusal=str(exc))
+            return
+        except OSError as exc:  # TimeoutError included
+            self.refusals.refused("wire service", _address(sock), str(exc) or "no preface in time")
+            sock.close()
+            return
+        except BaseException:
+            sock.close()
+            raise
+        if self._sock is None:  # the listener closed meanwhile
+            sock.close()
+            return
+        self._serve(sock)
+
+    def _serve(self, sock: socket.socket, refusal: str = "") -> None:
+        """Serves the connection; with `refusal`, every call on it is refused with it."""
+        try:
+            connection = _Connection(sock, self._table, self._stats, self._forget, refusal)
+        except MemoryError as exc:
+            log.warning("wire service: %s; connection refused", exc)
+            sock.close()
+            return
+        self._connections[sock.fileno()] = connection
+        connection.start()
 
     def _forget(self, fd: int) -> None:
         self._connections.pop(fd, None)
 
 
+def _address(sock: socket.socket) -> str:
+    try:
+        return str(sock.getpeername()[0])
+    except OSError:
+        return "a peer that left"
+
+
 class _Connection:
     def __init__(
-        self, sock: socket.socket, table: WireTable, stats: Any, forget: Callable[[int], None]
+        self,
+        sock: socket.socket,
+        table: WireTable,
+        stats: Any,
+        forget: Callable[[int], None],
+        refusal: str = "",
     ) -> None:
         self._sock = sock
         self._fd = sock.fileno()
@@ -106,6 +166,8 @@ class _Connection:
         self._receiver: Any = lib.mw_receiver_new(self._fd, table.handle, stats)
         if self._receiver == ffi.NULL:
             raise MemoryError("wire service: no memory for a connection")
+        if refusal:
+            lib.mw_receiver_refuse_all(self._receiver, refusal.encode())
         receiver = self._receiver
         self._watch = Watch(
             self._fd,

@@ -24,7 +24,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from meshwire.dataplane import hostport, tcp
+from meshwire.dataplane import hostport, preface, tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.streams import StreamKey
 from meshwire.dataplane.watch import Watch
@@ -54,8 +54,14 @@ class Sender:
         fd_of: Callable[[int], int],
         batch_frames: int,
         batch_bytes: int,
+        keys: preface.Keyring | None = None,
+        node: str = "",
     ) -> None:
+        """`keys`: the wire keys each connection proves with (preface.py), as node `node`;
+        None: connections start the HTTP/2 stream at once, unauthenticated."""
         self.key = key
+        self._keys = keys
+        self._node = node
         self._table = table
         self._fd_of = fd_of
         self._fds: dict[int, int] = {}
@@ -137,6 +143,11 @@ class Sender:
             tcp.tune(sock)
             connecting = asyncio.get_running_loop().sock_connect(sock, address)
             await asyncio.wait_for(connecting, CONNECT_TIMEOUT)
+            if self._keys is not None:
+                await preface.as_sender(sock, self._keys, self._node)
+        except preface.PrefaceError as exc:
+            sock.close()
+            raise OSError(f"{hostport.join(*address)}: {exc}") from None
         except TimeoutError:
             sock.close()
             raise OSError(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import uvloop
 
-from meshwire.dataplane import fdpass, hostport, messages
+from meshwire.dataplane import fdpass, hostport, messages, preface
 from meshwire.dataplane.logs import LogFormat, setup_logging
 from meshwire.dataplane.netns_thread import setns
 from meshwire.dataplane.receiver import Listener
@@ -62,6 +62,9 @@ class WorkerConfig:
     log_format: LogFormat = "text"
     node: str = ""
     index: int = 0
+    # The wire key file (config `auth.wire_key`): every connection, both ways, passes the
+    # authenticated preface (preface.py) first. Empty: no preface, anyone is trusted.
+    wire_key: str = ""
 
 
 def main(argv: list[str]) -> int:
@@ -78,7 +81,12 @@ def main(argv: list[str]) -> int:
         setns(config.netns)
     setup_logging(config.log_level, config.log_format, config.node, worker=config.index)
     try:
-        uvloop.run(Worker(config, control).serve())
+        keys = preface.Keyring(config.wire_key) if config.wire_key else None
+    except ValueError as exc:
+        log.error("auth.wire_key: %s", exc)
+        return 3
+    try:
+        uvloop.run(Worker(config, control, keys).serve())
     except CannotListen as exc:
         # Control sees the exit before Ready and starts the worker again, later.
         log.error("%s", exc)
@@ -97,13 +105,16 @@ class _Wire:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, control: socket.socket) -> None:
+    def __init__(
+        self, config: WorkerConfig, control: socket.socket, keys: preface.Keyring | None = None
+    ) -> None:
         self._config = config
+        self._keys = keys
         self._control = control
         self._table = WireTable(config.id_limit)
         self._wires: dict[int, _Wire] = {}
         self._streams: Streams[Sender] = Streams(self._open_stream)
-        self._listener = Listener(self._table)
+        self._listener = Listener(self._table, keys, config.node)
         self._stopping = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
         # Datagrams to control, in order (acks must follow their commands).
@@ -144,6 +155,8 @@ class Worker:
             lambda wire_id: self._wires[wire_id].fd,
             self._config.batch_frames,
             self._config.batch_bytes,
+            self._keys,
+            self._config.node,
         )
 
     def _on_command(self) -> None:
@@ -225,7 +238,11 @@ class Worker:
         )
         self._say(
             messages.StreamReport(
-                streams, self._listener.incoming, self._table.unknown, self._listener.malformed
+                streams,
+                self._listener.incoming,
+                self._table.unknown,
+                self._listener.malformed,
+                self._listener.refusals.count,
             )
         )
         counters = [(wire_id, self._table.counters(wire_id)) for wire_id in self._wires]

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from meshwire.dataplane.handle import WorkerHandle
 from meshwire.dataplane.messages import AddWire
@@ -79,7 +80,7 @@ def make_node(prefix: str) -> str:
 
 
 @asynccontextmanager
-async def workers(node: str, count: int, **config: int) -> AsyncIterator[list[WorkerHandle]]:
+async def workers(node: str, count: int, **config: Any) -> AsyncIterator[list[WorkerHandle]]:
     """`count` workers serving on the loopback of netns `node`, stopped at exit."""
     started: list[WorkerHandle] = []
     try:

@@ -38,6 +38,7 @@ from cni_helpers import PREV_RESULT, ShimRun, cni_env, network_config, run_shim
 from lab_helpers import Lab, unique_lab
 from pyroute2 import IPRoute
 
+from meshwire.control.auth import certs
 from meshwire.control.config import load_config
 from meshwire.control.daemon.app import Daemon
 from meshwire.control.lab import netns, ops, pods, processes, up
@@ -449,6 +450,17 @@ async def add_pair(node: DaemonNode, url: str) -> tuple[str, str]:
     return r1, r2
 
 
+def auth_overrides(tmp_path: Path) -> dict[str, str]:
+    """Config keys naming fresh cluster credentials in `tmp_path/auth` (`meshwire certs init`)."""
+    directory = tmp_path / "auth"
+    certs.init_dir(directory, force=True)
+    return {
+        "auth.ca_cert": str(directory / certs.CA_CERT),
+        "auth.ca_key": str(directory / certs.CA_KEY),
+        "auth.wire_key": str(directory / certs.WIRE_KEY),
+    }
+
+
 @contextlib.asynccontextmanager
 async def daemon_node(
     tmp_path: Path,
@@ -478,6 +490,7 @@ async def daemon_node(
                 "cni.add_timeout": "10",
                 "metrics.listen": "127.0.0.1:0",
                 "reconcile.full_interval": "3600",
+                **auth_overrides(tmp_path),
                 **(overrides or {}),
             },
         )

@@ -7,6 +7,7 @@ node's values, and hostPath volumes are temporary directories.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import yaml
 from cni_helpers import build_c_shim
 from deploy_helpers import config_text, container, mount_of, pod_spec, volume
 
+from meshwire.control.auth.tls import NodeCredentials, check_wire_key
 from meshwire.control.cli import COMMANDS
 from meshwire.control.cni import install
 from meshwire.control.config import Config, ConfigError, load_config
@@ -191,3 +193,34 @@ def test_netns_mounts_propagate_both_ways_from_the_host() -> None:
 
 def test_both_containers_run_the_same_image() -> None:
     assert container("install-cni")["image"] == container("meshwire")["image"]
+
+
+def test_the_daemon_reads_its_credentials_from_the_secret_certs_init_makes(
+    tmp_path: Path,
+) -> None:
+    """`meshwire certs init DIR` writes the Secret; the DaemonSet mounts it where the
+    ConfigMap's auth keys point, and the daemon loads the credentials from there."""
+    auth = configmap_config(tmp_path).auth
+    assert auth.enabled
+    out = subprocess.run(
+        [sys.executable, "-m", "meshwire.control.cli", "certs", "init", str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "kubectl apply -f" in out.stderr
+    secret = yaml.safe_load((tmp_path / "c" / "secret.yaml").read_text())
+    assert (secret["kind"], secret["metadata"]["namespace"]) == ("Secret", "meshwire")
+    roots = volume_roots(tmp_path)
+    for path in (auth.ca_cert, auth.ca_key, auth.wire_key):
+        mount, rest = mount_of(container("meshwire"), path)
+        assert mount.get("readOnly") is True
+        assert volume(mount["name"])["secret"]["secretName"] == secret["metadata"]["name"]
+        # The kubelet writes each key of the Secret as a file named by the key.
+        (roots[mount["name"]] / rest).write_bytes(base64.b64decode(secret["data"][rest]))
+    on = {key: on_node(container("meshwire"), [path], roots)[0] for key, path in (
+        ("ca_cert", auth.ca_cert), ("ca_key", auth.ca_key), ("wire_key", auth.wire_key)
+    )}  # fmt: skip
+    credentials = NodeCredentials(auth.model_copy(update=on), "worker-7", "10.240.0.7")
+    check_wire_key(auth.model_copy(update=on))
+    assert b"BEGIN CERTIFICATE" in credentials.issued.chain

@@ -26,6 +26,7 @@ from scenario_helpers import (
     DaemonNode,
     add_pair,
     api_serving,
+    auth_overrides,
     both_up,
     daemon_node,
     read_interfaces,
@@ -126,6 +127,7 @@ def grpc_config(tmp_path: Path) -> Config:
             "inter_node_link_type": "grpc",
             "workers": "1",
             "dataplane.port_base": str(WORKER),
+            **auth_overrides(tmp_path),
         },
     )
 

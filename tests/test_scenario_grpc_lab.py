@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -23,8 +26,11 @@ from pathlib import Path
 import pytest
 from lab_helpers import Lab, in_ns, unique_lab
 
+from meshwire.control.auth import certs
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
+from meshwire.control.reconcile.ids import preferred_slot, wire_id
+from meshwire.dataplane.netns_thread import call_in_netns
 from tests.paths import MESHNET
 
 pytestmark = pytest.mark.root
@@ -280,3 +286,119 @@ def test_with_offloads_off_the_wire_carries_full_size_frames_unchanged(
         check=True,
     ).stdout
     assert "vnet_hdr off" in vnet
+
+
+# A stock grpcio client without credentials, as issue 22 tried: Peer.CreateWires and
+# Peer.DeleteWires claiming node2, then Wire/Frames carrying an LLDP frame (behind the
+# TAPs' virtio-net header) for every wire id the public names derive. Prints each
+# call's status code.
+INTRUDER = """
+import sys, grpc
+from meshwire.proto import meshwire_pb2 as pb, meshwire_pb2_grpc as pbg
+node_ip, claimed_ip, frame = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3])
+ids = [int(i) for i in sys.argv[4:]]
+def code(call):
+    try:
+        call()
+        return "OK"
+    except grpc.RpcError as exc:
+        return exc.code().name
+peer = pbg.PeerStub(grpc.insecure_channel(f"{node_ip}:51111"))
+end = pb.WireEnd(namespace="default", uid=1, pod="r1")
+offer = pb.WireOffer(local=pb.WireEnd(namespace="default", uid=1, pod="r2"), peer_pod="r1",
+                     wire_id=ids[0], data_port=51112)
+print(code(lambda: peer.CreateWires(pb.CreateWiresRequest(node="node2", node_ip=claimed_ip,
+                                                          wires=[offer]), timeout=10)))
+print(code(lambda: peer.DeleteWires(pb.DeleteWiresRequest(node="node2", node_ip=claimed_ip,
+                                                          wires=[end]), timeout=10)))
+batch = b"".join(i.to_bytes(4, "big") + len(frame).to_bytes(2, "big") + frame for i in ids)
+frames = grpc.insecure_channel(f"{node_ip}:51112").stream_unary(
+    "/meshwire.v1.Wire/Frames", request_serializer=pb.Batch.SerializeToString,
+    response_deserializer=pb.FramesSummary.FromString)
+print(code(lambda: frames(iter([pb.Batch(frames=batch)] * 5), timeout=10,
+                          metadata=[("meshwire-namespace", "default")])))
+"""
+
+
+def sniffer(lab: Lab, pod: str) -> socket.socket:
+    """A packet socket on every interface of the pod's netns."""
+
+    def bind() -> socket.socket:
+        return socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+
+    return call_in_netns(f"/var/run/netns/{lab.prefix}default.{pod}", bind)
+
+
+def heard(sock: socket.socket, marker: bytes, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            if marker in sock.recv(65536):
+                return True
+        except TimeoutError:
+            return False
+    return False
+
+
+def test_a_client_without_credentials_is_refused_and_none_of_its_frames_reaches_a_pod(
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = grpc_lab("3node.yml", 2)  # r1, r3 on node1; r2 on node2
+    check(lab, capsys)
+    slot = preferred_slot("default", 5000)
+    pods = ("r1", "r2", "r3")
+    ids = sorted(
+        {wire_id(slot, uid, p, q) for uid in (1, 2, 3) for p in pods for q in pods if p != q}
+    )
+    marker = secrets.token_bytes(16)
+    frame = bytes(10) + bytes.fromhex("0180c200000e02aa0000000188cc") + marker + bytes(46)
+    listeners = [sniffer(lab, "r1"), sniffer(lab, "r3")]
+    try:
+        done = in_ns(
+            f"{lab.prefix}node2",
+            sys.executable, "-c", INTRUDER, node_ip(1), node_ip(2), frame.hex(), *map(str, ids),
+        )  # fmt: skip
+        # Peer: no client certificate fails the TLS handshake; Wire: the worker answers
+        # the call itself, as it has no preface.
+        assert done.stdout.split() == ["UNAVAILABLE", "UNAVAILABLE", "UNAUTHENTICATED"], done.stderr
+        assert not any(heard(sock, marker, 2.0) for sock in listeners)
+    finally:
+        for sock in listeners:
+            sock.close()
+    deadline = time.monotonic() + 30
+    while metrics(lab, 1).get('meshwire_auth_refused_total{service="wire"}', 0) < 1:
+        assert time.monotonic() < deadline, "the refused stream was not counted"
+        time.sleep(0.2)
+    # The lab's own links, authenticated, all still pass.
+    check(lab, capsys)
+    assert settled(lab, 1)['meshwire_wires{state="waiting"}'] == 0
+
+
+def test_new_credentials_keep_running_wires_and_serve_every_new_connection(
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lab's credential files replaced at once by new ones (the worst case: no
+    overlap): the wires that run keep running; a worker and a daemon started afterwards
+    connect with the new ones, and every link passes `lab check` again."""
+    lab = grpc_lab("3node.yml", 2)  # r1-r2 and r2-r3 are wires, node1 to node2
+    check(lab, capsys)
+    taps = {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")}
+    auth = lab.directory / "auth"
+    fresh = lab.directory / "auth-new"
+    certs.init_dir(fresh)
+    for name in (certs.CA_CERT, certs.CA_KEY, certs.WIRE_KEY):
+        os.replace(fresh / name, auth / name)
+
+    check(lab, capsys)  # the streams and channels made before carry on
+    (pid,) = (int(v) for k, v in settled(lab, 2).items() if k.startswith("meshwire_worker_pid"))
+    os.kill(pid, signal.SIGKILL)  # its new streams, both ways, use the new wire key
+    assert lab.run("kill-daemon", "node1") == 0  # a new certificate, new Peer channels
+    deadline = time.monotonic() + 60
+    while any(settled(lab, node)['meshwire_wires{state="ready"}'] != 2 for node in (1, 2)):
+        assert time.monotonic() < deadline, "the wires did not come back with the new credentials"
+        time.sleep(0.2)
+    check(lab, capsys)
+    assert {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")} == taps
+    for node in (1, 2):
+        assert metrics(lab, node).get('meshwire_auth_refused_total{service="wire"}', 0) == 0

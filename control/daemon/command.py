@@ -15,6 +15,7 @@ import sys
 
 import uvloop
 
+from meshwire.control.auth.certs import CredentialError
 from meshwire.control.config import Config, ConfigError, load_config, parse_overrides
 from meshwire.control.listening import ListenError
 from meshwire.dataplane.logs import setup_logging
@@ -67,6 +68,9 @@ def main(argv: list[str]) -> int:
     except ListenError as exc:
         print(f"meshwire daemon: {exc}", file=sys.stderr)
         return 1
+    except CredentialError as exc:
+        print(f"meshwire daemon: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -6,6 +6,9 @@ The lab sets, per node: `node_name`, `node_ip` (its underlay address),
 the base config's ports), and `cni.add_timeout` 300 s unless the base config
 sets it. `workers` defaults to 1 unless the base config sets
 it: N simulated nodes on one machine must not start N x cores processes.
+`auth.ca_cert`, `auth.ca_key` and `auth.wire_key` point at the lab's own
+credentials (`<lab directory>/auth`, made by `lab up`) unless the base config
+sets them: each node's daemon issues its own certificate from the lab's CA.
 Everything else comes from the base config unchanged.
 """
 
@@ -53,10 +56,16 @@ def _port(base: dict[str, Any], section: str, default: int) -> int:
 
 
 def node_config(
-    base: dict[str, Any], node: str, ip: str, api_url: str, node_dir: Path
+    base: dict[str, Any], node: str, ip: str, api_url: str, node_dir: Path, auth_dir: Path
 ) -> dict[str, Any]:
-    """The config of one node: a pure function of the base config and the node's place."""
+    """The config of one node: a pure function of the base config and the node's place.
+    `auth_dir` holds the lab's credentials (`meshwire certs init`), which every node uses
+    unless the base config names its own."""
     config = copy.deepcopy(base)
+    auth = config.setdefault("auth", {})
+    auth.setdefault("ca_cert", str(auth_dir / "ca.crt"))
+    auth.setdefault("ca_key", str(auth_dir / "ca.key"))
+    auth.setdefault("wire_key", str(auth_dir / "wire.key"))
     config["node_name"] = node
     config["node_ip"] = ip
     config.setdefault("workers", 1)

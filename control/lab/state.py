@@ -8,6 +8,7 @@ and every `meshwire lab` command finds it from any working directory):
     api.db                the embedded API's SQLite database
     input/<file name>     a copy of the lab file the lab was built from
     nodes/<node>/config.yaml, nodes/<node>/cni.sock, nodes/<node>/sandboxes/
+    auth/                 the lab's CA, CA key and wire key (`meshwire certs init`)
     logs/<role>.log       stdout and stderr of every process the lab started
 
 Write-ahead rule: a namespace is recorded *before* it is created, and a

@@ -20,6 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshwire.control.auth import certs
 from meshwire.control.lab import daemons, nodes, pods, processes, relay
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.cni import MARGIN
@@ -49,6 +50,8 @@ API_START_TIMEOUT = 30.0
 DAEMON_READY_TIMEOUT = 60.0
 LINKS_TIMEOUT = 60.0
 APPLY_TIMEOUT = 60.0
+# The lab's credentials, under its directory (`meshwire certs init`).
+AUTH_DIR = "auth"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,9 @@ def _up(
         kube_server=kube.server if kube is not None else "",
     )
     lab.save(state)
+    # The lab's own cluster credentials (control/auth/certs.py): each node's daemon
+    # issues its own certificate from this CA.
+    certs.init_dir(lab.path / AUTH_DIR, force=True)
     copy = lab.input_copy(options.file)
     copy.parent.mkdir(exist_ok=True)
     shutil.copyfile(options.file, copy)
@@ -269,7 +275,9 @@ def _create_node(
     lab.save(state)
     nodes.create_node(names, node, ip)
     node_dir = lab.node_dir(node)
-    config = daemons.node_config(dict(base), node, ip, state.api_url, node_dir)
+    config = daemons.node_config(
+        dict(base), node, ip, state.api_url, node_dir, lab.path.resolve() / AUTH_DIR
+    )
     if kube is not None:
         kubeconfig = node_dir / "kubeconfig"
         kube.node_kubeconfig(kubeconfig, node, i)

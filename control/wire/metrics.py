@@ -78,6 +78,15 @@ class WireCollector(Collector):
             "Batches dropped whole as malformed.",
             value=totals_by_kind.get("malformed", 0),
         )
+        refused = CounterMetricFamily(
+            "meshwire_auth_refused",
+            "Connections (wire) and calls (peer) refused as unauthenticated, or claiming "
+            "another node.",
+            labels=["service"],
+        )
+        refused.add_metric(["wire"], totals_by_kind.get("refused", 0))
+        refused.add_metric(["peer"], stack.refusals.count)
+        yield refused
         yield GaugeMetricFamily(
             "meshwire_wire_incoming_streams",
             "Streams peers send on to this node's workers.",

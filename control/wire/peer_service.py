@@ -5,6 +5,12 @@ that is not an IP, a name too long to be a Kubernetes name, a uid or port out
 of range) and refuses the whole call with INVALID_ARGUMENT naming the field;
 everything else is the manager's to judge, wire by wire. Nothing in a request
 is ever used as a path: wires are named by (namespace, uid, pod) only.
+
+With credentials (config `auth`), the service runs on mutual TLS: a caller
+without a certificate from the cluster CA fails the TLS handshake, and a
+caller whose certificate does not name the `node` and `node_ip` its request
+claims is refused with UNAUTHENTICATED, counted and logged (once per address
+a minute), before anything of its request is used.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ from typing import Any
 
 import grpc
 
+from meshwire.control.auth.tls import NodeCredentials, identity_problem
 from meshwire.control.reconcile.ids import UID_LIMIT
 from meshwire.control.wire.manager import WireManager
-from meshwire.dataplane import hostport, tcp
+from meshwire.dataplane import hostport, preface, tcp
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 
 # Kubernetes names (namespaces, pods) are at most 253 bytes.
@@ -59,13 +66,41 @@ def _name_problem(field: str, value: str) -> str:
     return ""
 
 
+def _caller(context: Any) -> str:
+    """The caller's address without its port ("ipv4:10.0.0.5:41234" -> "10.0.0.5")."""
+    peer = str(context.peer() or "an unknown peer")
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        host = rest.rpartition(":")[0]
+        return host.strip("[]") or rest
+    return peer
+
+
 class PeerService(meshwire_pb2_grpc.PeerServicer):
-    def __init__(self, manager: WireManager) -> None:
+    def __init__(
+        self,
+        manager: WireManager,
+        authenticated: bool = False,
+        refusals: preface.Refusals | None = None,
+    ) -> None:
+        """`authenticated`: the server runs on mutual TLS, and each caller's certificate
+        must name the node it claims to be."""
         self._manager = manager
+        self._authenticated = authenticated
+        self.refusals = refusals or preface.Refusals()
+
+    async def _check_caller(self, context: Any, node: str, node_ip: str) -> None:
+        if not self._authenticated:
+            return
+        problem = identity_problem(context.auth_context(), node, node_ip)
+        if problem:
+            self.refusals.refused("peer service", _caller(context), problem)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, problem)
 
     async def CreateWires(
         self, request: meshwire_pb2.CreateWiresRequest, context: Any
     ) -> meshwire_pb2.CreateWiresReply:
+        await self._check_caller(context, request.node, request.node_ip)
         offers = list(enumerate(request.wires))
         problem = request_problem(
             request.node_ip,
@@ -81,6 +116,7 @@ class PeerService(meshwire_pb2_grpc.PeerServicer):
     async def DeleteWires(
         self, request: meshwire_pb2.DeleteWiresRequest, context: Any
     ) -> meshwire_pb2.DeleteWiresReply:
+        await self._check_caller(context, request.node, request.node_ip)
         ends = [(f"wires[{i}]", end) for i, end in enumerate(request.wires)]
         problem = request_problem(request.node_ip, ends, [])
         if problem:
@@ -91,17 +127,27 @@ class PeerService(meshwire_pb2_grpc.PeerServicer):
         )
 
 
-async def start_peer_server(listen: str, manager: WireManager) -> Any:
-    """A started grpc.aio server for the Peer service on `listen` (HOST:PORT).
+async def start_peer_server(
+    listen: str,
+    manager: WireManager,
+    credentials: NodeCredentials | None = None,
+    refusals: preface.Refusals | None = None,
+) -> Any:
+    """A started grpc.aio server for the Peer service on `listen` (HOST:PORT), on mutual
+    TLS with `credentials`, in the clear without.
 
     An empty HOST is every address, as gRPC's "[::]" is: IPv6 and IPv4 both.
     """
     server: Any = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-    meshwire_pb2_grpc.add_PeerServicer_to_server(PeerService(manager), server)  # type: ignore[no-untyped-call]
+    service = PeerService(manager, credentials is not None, refusals)
+    meshwire_pb2_grpc.add_PeerServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     host, port = hostport.split(listen)
     address = hostport.join(host or "::", port)
     try:
-        bound = server.add_insecure_port(address)
+        if credentials is not None:
+            bound = server.add_secure_port(address, credentials.server_credentials())
+        else:
+            bound = server.add_insecure_port(address)
     except RuntimeError:
         bound = 0
     if bound == 0:

@@ -6,6 +6,12 @@ The daemon builds one when `inter_node_link_type` is `grpc`:
                                      ▲  │ nodes queue
                  Peer service ───────┘  └──▶ handshake loop ──RPC──▶ peer nodes
 
+With `auth.enabled` (the default) both services authenticate both ends: the
+Peer service and its client run on mutual TLS with this node's certificate
+(control/auth/), the workers' streams open with the HMAC preface on
+`auth.wire_key` (dataplane/preface.py). Credentials that cannot be read fail
+the construction with a CredentialError naming the config key.
+
 Start order: the workers, then the Peer service (peers' handshakes are
 answered `pending` until this node's ends exist), then the handshake loop.
 `close` stops them in reverse and never removes a TAP: they are persistent,
@@ -19,6 +25,7 @@ import contextlib
 import os
 from typing import Any
 
+from meshwire.control.auth.tls import NodeCredentials, check_wire_key
 from meshwire.control.config import Config
 from meshwire.control.links.grpc import GrpcDriver
 from meshwire.control.listening import StartWaits, start_patiently
@@ -30,7 +37,7 @@ from meshwire.control.wire.peer_client import GrpcPeerClient
 from meshwire.control.wire.peer_service import start_peer_server
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
 from meshwire.control.wire.thread_ends import ThreadEnds
-from meshwire.dataplane import hostport
+from meshwire.dataplane import hostport, preface
 from meshwire.dataplane.handle import WorkerError
 
 # The Peer service stops within this grace (in-flight handshakes finish).
@@ -44,6 +51,12 @@ def worker_count(config: Config) -> int:
 class WireStack:
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.credentials: NodeCredentials | None = None
+        if config.auth.enabled:
+            check_wire_key(config.auth)
+            self.credentials = NodeCredentials(config.auth, config.node_name, config.node_ip)
+        # Peer calls refused as unauthenticated (the workers count the wire's).
+        self.refusals = preface.Refusals()
         nodes = WorkQueue(
             debounce=config.reconcile.debounce,
             limiter=ExponentialBackoff(config.reconcile.backoff_min, config.reconcile.backoff_max),
@@ -57,12 +70,13 @@ class WireStack:
                 log_level=config.log.level,
                 log_format=config.log.format,
                 node=config.node_name,
+                wire_key=config.auth.wire_key if config.auth.enabled else "",
             ),
             desired=self._desired,
         )
         self.manager = WireManager(config.node_ip, config.dataplane.offloads, self.pool, nodes)
         peer_port = hostport.split(config.peer.listen)[1]
-        self.client = GrpcPeerClient(peer_port, config.peer.rpc_timeout)
+        self.client = GrpcPeerClient(peer_port, config.peer.rpc_timeout, self.credentials)
         self.handshaker = Handshaker(self.manager, self.client, config.node_name)
         self.ends = ThreadEnds(self.manager)
         self.driver = GrpcDriver(self.ends, offloads=config.dataplane.offloads)
@@ -96,7 +110,7 @@ class WireStack:
         listen = self.config.peer.listen
         self._server = await start_patiently(
             f"peer.listen {listen}",
-            lambda: start_peer_server(listen, self.manager),
+            lambda: start_peer_server(listen, self.manager, self.credentials, self.refusals),
             waits=waits,
         )
         self._task = asyncio.create_task(self.handshaker.run(), name="handshakes")

@@ -54,6 +54,8 @@ class PoolSettings:
     log_level: str = "info"
     log_format: LogFormat = "text"
     node: str = ""
+    # The workers' wire key file (config `auth.wire_key`); empty: streams unauthenticated.
+    wire_key: str = ""
 
 
 @dataclass(eq=False)
@@ -153,13 +155,17 @@ class WorkerPool:
         return out
 
     def totals(self) -> dict[str, int]:
-        """Frames received for unknown wires, malformed batches, incoming streams: all workers."""
+        """Frames received for unknown wires, malformed batches, incoming streams, connections
+        refused by the wire preface: all workers."""
         totals: Counter[str] = Counter()
         for slot in self._slots:
             report = slot.handle.streams if slot.handle is not None else None
             if report is not None:
                 totals.update(
-                    unknown=report.unknown, malformed=report.malformed, incoming=report.incoming
+                    unknown=report.unknown,
+                    malformed=report.malformed,
+                    incoming=report.incoming,
+                    refused=report.refused,
                 )
         return dict(totals)
 
@@ -199,6 +205,7 @@ class WorkerPool:
             log_format=s.log_format,
             node=s.node,
             index=slot.index,
+            wire_key=s.wire_key,
         )
 
     async def _spawn(self, slot: _Slot) -> WorkerHandle:
