@@ -30,10 +30,10 @@ import statistics
 import time
 from collections.abc import Callable
 
+from meshwire.control.common.ids import Slot
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
-from meshwire.control.reconcile.ids import Slot
 from meshwire.control.tables.topologies import TopologyTable
 
 NAMESPACE = "bench"

@@ -15,15 +15,15 @@ import sys
 COMMANDS: dict[tuple[str, ...], str] = {
     ("daemon",): "daemon.command",
     ("api", "serve"): "api.command",
-    ("apply",): "apply",
-    ("delete",): "delete",
+    ("apply",): "client.apply",
+    ("delete",): "client.delete",
     ("cni", "install"): "cni.install",
     ("lab", "graph"): "graph.command:lab_main",
     ("lab",): "lab.command",
     ("graph",): "graph.command:cluster_main",
-    ("config", "defaults"): "config_command",
-    ("links",): "links_command",
-    ("certs",): "certs_command",
+    ("config", "defaults"): "client.config_command",
+    ("links",): "client.links_command",
+    ("certs",): "client.certs_command",
 }
 
 USAGE = """usage: meshwire COMMAND [ARGS]

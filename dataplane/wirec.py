@@ -19,7 +19,7 @@ from meshwire.dataplane.counters import Counters
 # untouched pages of a 1 MiB buffer then cost no memory.
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
-# Wire ids the control plane derives (control/reconcile/ids.py): 2^10 namespace
+# Wire ids the control plane derives (control/common/ids.py): 2^10 namespace
 # slots x 2^14 uids x 2 ends. Only the 1024-id pages in use are allocated.
 ID_LIMIT = 1 << 25
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from slot_helpers import slot
 
-from meshwire.control.config import load_config
-from meshwire.control.reconcile.ids import wire_id
-from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.common.config import load_config
+from meshwire.control.common.ids import wire_id
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import WireManager

@@ -16,11 +16,11 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 
+from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.informer.sink import TableSink
 from meshwire.control.lab import netns
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, Topology
-from meshwire.control.reconcile.retries import BackoffPolicy
 from meshwire.control.tables.table import Table
 from meshwire.dataplane.netns_thread import setns
 

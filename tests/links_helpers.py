@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from slot_helpers import slot
 
-from meshwire.control.reconcile.ids import wire_id
+from meshwire.control.common.ids import wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 NETNS_DIR = "/var/run/netns"

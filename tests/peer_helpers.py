@@ -35,8 +35,8 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 from slot_helpers import slot
 
-from meshwire.control.reconcile.ids import wire_id
-from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.common.ids import wire_id
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.peer_client import GrpcPeerClient

@@ -42,17 +42,17 @@ from typing import Any
 
 from slot_helpers import HashedSlots
 
+from meshwire.control.common.clock import FakeClock
+from meshwire.control.common.queue import WorkQueue
+from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.links.driver import OwnedInterface
 from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.links.names import parse_mark
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
-from meshwire.control.reconcile.clock import FakeClock
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
 from meshwire.control.reconcile.prune import PruneNotReady, prune
-from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.reconcile.retries import ExponentialBackoff
 from meshwire.control.reconcile.status import State
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.tables.topologies import TopologyTable

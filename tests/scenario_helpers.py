@@ -39,7 +39,7 @@ from lab_helpers import Lab, unique_lab
 from pyroute2 import IPRoute
 
 from meshwire.control.auth import certs
-from meshwire.control.config import load_config
+from meshwire.control.common.config import load_config
 from meshwire.control.daemon.app import Daemon
 from meshwire.control.lab import netns, ops, pods, processes, up
 from meshwire.control.lab.links import LabLink, lab_links, topologies_of

@@ -3,7 +3,7 @@ slot its name hashes to (what the allocator prefers), so ids are predictable."""
 
 from __future__ import annotations
 
-from meshwire.control.reconcile.ids import Slot, preferred_slot
+from meshwire.control.common.ids import Slot, preferred_slot
 
 VNI_BASE = 5000
 

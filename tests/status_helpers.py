@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from meshwire.control.reconcile.clock import FakeClock
+from meshwire.control.common.clock import FakeClock
 from meshwire.control.reconcile.status_writer import (
     DEFAULT_WRITE_BURST,
     DEFAULT_WRITE_RATE,

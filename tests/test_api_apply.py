@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from meshwire.control import apply, delete
 from meshwire.control.api.server import ApiServer
+from meshwire.control.client import apply, delete
 from meshwire.control.model.topology import PLURAL
 from tests.api_helpers import (
     FIXTURES,

@@ -22,11 +22,11 @@ from meshwire.control.cni.protocol import (
     ErrorCode,
     PodRef,
 )
+from meshwire.control.common.clock import FakeClock
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
 from meshwire.control.model.topology import Topology, TopologyStatus
-from meshwire.control.reconcile.clock import FakeClock
 
 R1 = Topology(
     "default", "r1", status=TopologyStatus(src_ip=NODE.node_ip, net_ns="/ns/r1", container_id="c1")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import inspect
 
-from meshwire.control.config import ApiConfig, Config, ReconcileConfig, VxlanConfig
+from meshwire.control.common.config import ApiConfig, Config, ReconcileConfig, VxlanConfig
+from meshwire.control.common.queue import WorkQueue
+from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.informer.informer import InformerOptions
 from meshwire.control.reconcile.derive import NodeView
-from meshwire.control.reconcile.queue import WorkQueue
-from meshwire.control.reconcile.retries import ExponentialBackoff
 from meshwire.control.reconcile.status_writer import StatusWriter
 
 

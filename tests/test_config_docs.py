@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from meshwire.control.config import defaults_yaml
+from meshwire.control.common.config import defaults_yaml
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECTION = "## Configuration"

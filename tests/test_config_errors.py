@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from meshwire.control.config import ConfigError, load_config, parse_overrides
+from meshwire.control.common.config import ConfigError, load_config, parse_overrides
 
 NODE = {"MESHWIRE_NODE_IP": "192.0.2.10"}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from meshwire.control.config import Config, defaults_yaml, load_config, parse_overrides
+from meshwire.control.common.config import Config, defaults_yaml, load_config, parse_overrides
 
 NODE = {"MESHWIRE_NODE_IP": "192.0.2.10"}
 

@@ -23,7 +23,7 @@ from deploy_helpers import config_text, container, mount_of, pod_spec, volume
 from meshwire.control.auth.tls import NodeCredentials, check_wire_key
 from meshwire.control.cli import COMMANDS
 from meshwire.control.cni import install
-from meshwire.control.config import Config, ConfigError, load_config
+from meshwire.control.common.config import Config, ConfigError, load_config
 from meshwire.control.daemon.command import config_from_args, parse_args
 
 # What the kubelet puts in the downward-API variables on some node.

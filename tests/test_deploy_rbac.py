@@ -17,8 +17,8 @@ from pathlib import Path
 import kubernetes.client
 from deploy_helpers import manifests, one, pod_spec
 
+from meshwire.control.common import slots
 from meshwire.control.model.topology import GROUP, PLURAL
-from meshwire.control.reconcile import slots
 
 # kubernetes client method -> (verb, subresource suffix) for custom objects.
 CALL = re.compile(

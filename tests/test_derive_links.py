@@ -7,10 +7,10 @@ import dataclasses
 from derive_helpers import NODE_A, NODE_B, pair, pod
 from slot_helpers import HashedSlots, slot
 
+from meshwire.control.common.ids import vni, wire_id
 from meshwire.control.model.topology import Link
 from meshwire.control.reconcile.derive import NodeView, derive_pods
 from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
-from meshwire.control.reconcile.ids import vni, wire_id
 from meshwire.control.tables.links import LinkKind
 from meshwire.control.tables.topologies import TopologyTable
 

@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from meshwire.control.reconcile import slots
-from meshwire.control.reconcile.ids import (
+from meshwire.control.common import slots
+from meshwire.control.common.ids import (
     UID_LIMIT,
     VNI_MAX,
     WIRE_SLOTS,

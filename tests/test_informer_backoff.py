@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.informer.informer import RECONNECT
-from meshwire.control.reconcile.retries import Backoff, BackoffPolicy
 
 
 class FakeClock:

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from kubernetes.aio.client import ApiClient
 
+from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import InformerOptions
-from meshwire.control.reconcile.retries import BackoffPolicy
 from tests.informer_helpers import Cluster, RecordingSink, running, server_state, topology
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import (

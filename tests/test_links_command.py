@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from links_helpers import grpc_row, veth_row
 
-from meshwire.control import links_command
 from meshwire.control.cli import main as meshwire
+from meshwire.control.client import links_command
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.reconcile.status import LinkStatus
 

@@ -26,9 +26,9 @@ from links_helpers import (
 
 from meshwire.control.links.driver import Drivers
 from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.links.grpc import GrpcDriver
 from meshwire.control.links.names import Role, temp_name
 from meshwire.control.tables.links import LinkKind, LinkRow
+from meshwire.control.wire.grpc_driver import GrpcDriver
 from meshwire.control.wire.types import TapRef
 from meshwire.dataplane.tap import TapSpec, open_tap_in, tap_info
 

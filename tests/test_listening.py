@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
 
+from meshwire.control.common.listening import ListenError, start_patiently
+from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.daemon.http import HealthServer
-from meshwire.control.listening import ListenError, start_patiently
-from meshwire.control.reconcile.retries import ExponentialBackoff
 
 FAST = (0.02, 0.05)  # retry delays for the tests: base and cap, seconds
 
@@ -48,7 +48,7 @@ async def test_a_port_taken_for_a_moment_is_served_once_released(
     port = port_of(taken)
     what = f"metrics.listen 127.0.0.1:{port}"
     server = HealthServer(f"127.0.0.1:{port}", CollectorRegistry(), lambda: "")
-    caplog.set_level(logging.WARNING, logger="meshwire.control.listening")
+    caplog.set_level(logging.WARNING, logger="meshwire.control.common.listening")
     start = asyncio.create_task(
         start_patiently(what, server.start, patience=30, backoff=ExponentialBackoff(*FAST))
     )

@@ -27,7 +27,7 @@ import pytest
 from meshwire.control.auth import certs
 from meshwire.control.auth.certs import CredentialError
 from meshwire.control.auth.tls import NodeCredentials
-from meshwire.control.config import AuthConfig
+from meshwire.control.common.config import AuthConfig
 from meshwire.control.wire.peer_client import GrpcPeerClient
 from meshwire.control.wire.peer_service import start_peer_server
 from meshwire.control.wire.types import PeerError

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from meshwire.control.reconcile.clock import FakeClock
-from meshwire.control.reconcile.queue import WorkQueue
-from meshwire.control.reconcile.retries import ExponentialBackoff
+from meshwire.control.common.clock import FakeClock
+from meshwire.control.common.queue import WorkQueue
+from meshwire.control.common.retries import ExponentialBackoff
 from tests.queue_helpers import until
 
 

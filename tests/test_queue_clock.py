@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from meshwire.control.reconcile.clock import FakeClock, MonotonicClock
+from meshwire.control.common.clock import FakeClock, MonotonicClock
 from tests.queue_helpers import settle, until
 
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from meshwire.control.reconcile.clock import FakeClock
-from meshwire.control.reconcile.queue import DEFAULT_DEBOUNCE, WorkQueue
+from meshwire.control.common.clock import FakeClock
+from meshwire.control.common.queue import DEFAULT_DEBOUNCE, WorkQueue
 from tests.queue_helpers import settle, until
 
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from meshwire.control.reconcile.clock import FakeClock
-from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.common.clock import FakeClock
+from meshwire.control.common.queue import WorkQueue
 from tests.queue_helpers import settle, until
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from meshwire.control.config import load_config
+from meshwire.control.common.config import load_config
 from meshwire.control.daemon.reserved_ports import listen_ports, missing, parse, render, reserve
 
 

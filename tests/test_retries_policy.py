@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshwire.control.reconcile.retries import (
+from meshwire.control.common.retries import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_CAP,
     ExponentialBackoff,

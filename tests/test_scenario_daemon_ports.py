@@ -32,7 +32,7 @@ from scenario_helpers import (
     read_interfaces,
 )
 
-from meshwire.control.config import Config, load_config
+from meshwire.control.common.config import Config, load_config
 from meshwire.control.daemon.app import Daemon
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.control.reconcile.status import State
@@ -108,7 +108,7 @@ def accepts(port: int) -> bool:
 @pytest.fixture
 def listen_warnings(caplog: pytest.LogCaptureFixture) -> None:
     """caplog records the daemon's warnings about the ports it waits for."""
-    caplog.set_level(logging.WARNING, logger="meshwire.control.listening")
+    caplog.set_level(logging.WARNING, logger="meshwire.control.common.listening")
 
 
 def grpc_config(tmp_path: Path) -> Config:

@@ -27,9 +27,9 @@ import pytest
 from lab_helpers import Lab, in_ns, unique_lab
 
 from meshwire.control.auth import certs
+from meshwire.control.common.ids import preferred_slot, wire_id
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
-from meshwire.control.reconcile.ids import preferred_slot, wire_id
 from meshwire.dataplane.netns_thread import call_in_netns
 from tests.paths import MESHNET
 

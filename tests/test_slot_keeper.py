@@ -16,11 +16,11 @@ import pytest
 from derive_helpers import pod
 
 from meshwire.control.api.server import ApiServer
+from meshwire.control.common import slots
+from meshwire.control.common.ids import UID_LIMIT, VNI_MAX, Slot, preferred_slot
+from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.daemon.slot_keeper import SlotKeeper
 from meshwire.control.informer.client import make_api_client
-from meshwire.control.reconcile import slots
-from meshwire.control.reconcile.ids import UID_LIMIT, VNI_MAX, Slot, preferred_slot
-from meshwire.control.reconcile.retries import BackoffPolicy
 from meshwire.control.tables.topologies import TopologyTable
 
 FAST = BackoffPolicy(initial=0.05, maximum=0.5)

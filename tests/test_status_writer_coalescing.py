@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from meshwire.control.reconcile.clock import FakeClock
+from meshwire.control.common.clock import FakeClock
 from meshwire.control.reconcile.status_writer import StatusWriter
 from tests.queue_helpers import settle, until
 from tests.status_helpers import FakeStatusApi, clock, started

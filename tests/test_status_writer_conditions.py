@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
-from meshwire.control.reconcile.clock import FakeClock
-from meshwire.control.reconcile.status_writer import StatusRead
+from meshwire.control.common.clock import FakeClock
+from meshwire.control.tables.local_placements import StatusRead
 from tests.queue_helpers import settle, until
 from tests.status_helpers import FakeStatusApi, HeardWrites, clock, started
 

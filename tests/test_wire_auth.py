@@ -233,7 +233,8 @@ async def test_a_stock_grpc_client_gets_frames_onto_a_pod_only_without_keys(
     try:
         async with workers(node, 2, **config) as (node_a, node_b):
             await connect(a, node_a, 1, b, node_b, 2)
-            assert ping(a, b.address)  # the wire itself works, keyed or not
+            # The wire itself works, keyed or not (its stream opens on the first frame).
+            await wait_until(lambda: ping(a, b.address), 30)
             sniffer = packet_socket(b)
             with sniffer:
                 marker = secrets.token_bytes(16)
@@ -305,7 +306,7 @@ async def test_a_rotated_key_keeps_running_streams_and_new_streams_use_it(
     try:
         async with workers(make_node(prefix), 2, wire_key=str(path)) as (node_a, node_b):
             await connect(a, node_a, 1, b, node_b, 2)
-            assert ping(a, b.address)
+            await wait_until(lambda: ping(a, b.address), 30)
             # Mid-rotation: the new key first, the old one still accepted.
             key_file(path, KEY_B, KEY_A)
             assert ping(a, b.address)
@@ -317,7 +318,7 @@ async def test_a_rotated_key_keeps_running_streams_and_new_streams_use_it(
             await node_a.remove_wire(1)
             await node_b.remove_wire(2)
             await connect(a, node_a, 1, b, node_b, 2)
-            assert ping(a, b.address)
+            await wait_until(lambda: ping(a, b.address), 30)
             assert refused(node_a) == refused(node_b) == 0
     finally:
         close_pods(a, b)

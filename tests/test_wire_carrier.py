@@ -14,7 +14,7 @@ import pytest
 from dataplane_helpers import make_pod, netns_prefix, sh
 from wire_helpers import DATA_PORT, PerfectPool, grpc_row
 
-from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.tables.links import End
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.state import Wire, offer

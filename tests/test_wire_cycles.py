@@ -26,7 +26,7 @@ import pytest
 from dataplane_helpers import close_pods, make_node, make_pod, netns_prefix, sh, wait_until
 from wire_helpers import Network, grpc_row
 
-from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool

@@ -26,7 +26,7 @@ from peer_helpers import (
 )
 from slot_helpers import slot
 
-from meshwire.control.reconcile.ids import UID_LIMIT, wire_id
+from meshwire.control.common.ids import UID_LIMIT, wire_id
 from meshwire.proto import meshwire_pb2
 
 pytestmark = [needs_root, pytest.mark.root]

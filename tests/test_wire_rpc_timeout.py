@@ -17,7 +17,7 @@ import pytest
 from hang_helpers import GOOD_NODE, HUNG_NODE, PEER_PORT, run_child
 from links_helpers import Namespaces, namespaces, needs_root, netns_name
 
-from meshwire.control.config import load_config
+from meshwire.control.common.config import load_config
 
 __all__ = ["namespaces"]
 

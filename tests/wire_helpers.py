@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from slot_helpers import slot
 
-from meshwire.control.reconcile.ids import wire_id
-from meshwire.control.reconcile.queue import WorkQueue
+from meshwire.control.common.ids import wire_id
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import Desired, WireManager

@@ -17,8 +17,8 @@ import random
 import pytest
 
 from bench.dependents_bench import NODE_A, _OneSlot, lab
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.reconcile.derive import NodeView, derive_pods
-from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.tables.topologies import TopologyTable
 from meshwire.dataplane import codec
 

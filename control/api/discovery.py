@@ -9,8 +9,8 @@ from typing import Any
 from aiohttp import web
 
 from meshwire.control.api import jsonio
+from meshwire.control.common import slots
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from meshwire.control.reconcile import slots
 
 _GROUP_VERSION = {"groupVersion": API_VERSION, "version": VERSION}
 _GROUP = {"name": GROUP, "versions": [_GROUP_VERSION], "preferredVersion": _GROUP_VERSION}

@@ -1,7 +1,7 @@
 """The REST resource `idallocations.meshwire.dev/v1alpha1`, cluster-scoped: list, watch,
 get, create, replace, delete.
 
-It holds the daemons' id slots (`reconcile/slots.py`); on a real cluster
+It holds the daemons' id slots (`common/slots.py`); on a real cluster
 `deploy/crd-idallocations.yaml` defines the same resource. Semantics are those
 of `handlers.py` for a CRD without a status subresource: create is 201 (409
 AlreadyExists for a taken name), replace with a stale
@@ -19,8 +19,8 @@ from aiohttp import web
 
 from meshwire.control.api import errors, jsonio, watch
 from meshwire.control.api.store import Store
+from meshwire.control.common.slots import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from meshwire.control.model.names import dns_label_problem, dns_subdomain_problem
-from meshwire.control.reconcile.slots import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 RESOURCE = errors.Resource(PLURAL, GROUP)
 # The store's tables in the API's file: beside the Topology objects, apart from them.

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 
 from meshwire.control.auth.certs import CredentialError, Issued, issue
-from meshwire.control.config import AuthConfig
+from meshwire.control.common.config import AuthConfig
 from meshwire.dataplane import preface
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from meshwire.control.cni.endpoint import CniEndpoint
-from meshwire.control.config import Config
+from meshwire.control.common.config import Config
+from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_patiently
+from meshwire.control.common.queue import WorkQueue
+from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.daemon import reserved_ports
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
@@ -51,13 +54,10 @@ from meshwire.control.links.driver import Drivers, KindDriver
 from meshwire.control.links.macvlan import MacvlanDriver
 from meshwire.control.links.veth import VethDriver
 from meshwire.control.links.vxlan import VxlanDriver
-from meshwire.control.listening import StartWaits, StoppedWaiting, start_patiently
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks, new_links_table
 from meshwire.control.reconcile.prune import prune
-from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.reconcile.retries import ExponentialBackoff
 from meshwire.control.reconcile.status import LinkStatus
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
 from meshwire.control.tables.links import LinkKind, LinkRow

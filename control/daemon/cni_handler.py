@@ -39,11 +39,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
+from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.daemon.placements import PlacementKeeper, write_placement
 from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.reconcile.retries import Backoff, BackoffPolicy
 from meshwire.control.reconcile.status import LinkStatus, State
 from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable

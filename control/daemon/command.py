@@ -16,8 +16,8 @@ import sys
 import uvloop
 
 from meshwire.control.auth.certs import CredentialError
-from meshwire.control.config import Config, ConfigError, load_config, parse_overrides
-from meshwire.control.listening import ListenError
+from meshwire.control.common.config import Config, ConfigError, load_config, parse_overrides
+from meshwire.control.common.listening import ListenError
 from meshwire.dataplane.logs import setup_logging
 
 # Flag -> config key, for the keys deployments set most.

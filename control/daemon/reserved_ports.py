@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from meshwire.control.config import Config
+from meshwire.control.common.config import Config
 from meshwire.dataplane import hostport
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ Two loops, both started by `run`:
   handed to `on_change`, which re-derives its links.
 - keep: every namespace with a Topology gets a slot, and a namespace with none
   left for `release_grace` seconds gives its slot back. Each write reads the
-  object, changes it with `reconcile/slots.py`, and replaces it carrying the
+  object, changes it with `common/slots.py`, and replaces it carrying the
   resourceVersion it read; a 409 (another daemon wrote first) starts over from
   a new read, so concurrent daemons never hand out one slot twice and all end
   up reading the same object.
@@ -41,11 +41,11 @@ from typing import Any
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
 
+from meshwire.control.common import slots
+from meshwire.control.common.ids import Slot
+from meshwire.control.common.retries import Backoff, BackoffPolicy, Clock
 from meshwire.control.informer.failure import describe
 from meshwire.control.informer.informer import RECONNECT
-from meshwire.control.reconcile import slots
-from meshwire.control.reconcile.ids import Slot
-from meshwire.control.reconcile.retries import Backoff, BackoffPolicy, Clock
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)

@@ -41,13 +41,13 @@ from aiohttp import ClientResponse
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
 
-from meshwire.control.config import ApiConfig, default
+from meshwire.control.common.config import ApiConfig, default
+from meshwire.control.common.retries import Backoff, BackoffPolicy, Clock
 from meshwire.control.informer.apply import Outcome, Snapshot, apply_event, apply_snapshot
 from meshwire.control.informer.failure import describe
 from meshwire.control.informer.sink import TopologySink
 from meshwire.control.informer.stats import InformerStats
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
-from meshwire.control.reconcile.retries import Backoff, BackoffPolicy, Clock
 
 log = logging.getLogger(__name__)
 

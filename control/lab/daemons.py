@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from meshwire.control.config import Config, ConfigError, load_config
+from meshwire.control.common.config import Config, ConfigError, load_config
 from meshwire.control.lab.errors import LabError
 
 DEFAULT_PEER_PORT = 51111

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from meshwire.control.client.text_table import table
 from meshwire.control.lab.links import LabLink
 from meshwire.control.lab.state import LabState
-from meshwire.control.text_table import table
 
 
 def summary(state: LabState, links: list[LabLink]) -> str:

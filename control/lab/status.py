@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from meshwire.control.client.text_table import table
 from meshwire.control.lab import processes
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.errors import LabError
@@ -28,7 +29,6 @@ from meshwire.control.lab.names import HUB_IP, LabNames, netns_path
 from meshwire.control.lab.probe import http_get
 from meshwire.control.lab.state import LabState
 from meshwire.control.model.topology import API_VERSION, PLURAL
-from meshwire.control.text_table import table
 
 TOPOLOGIES_PATH = f"/apis/{API_VERSION}/{PLURAL}"
 

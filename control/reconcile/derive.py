@@ -27,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from meshwire.control.config import Config, VxlanConfig, default
+from meshwire.control.common.config import Config, VxlanConfig, default
+from meshwire.control.common.ids import IdError, Slot, vni, wire_id
 from meshwire.control.model.macs import end_mac
 from meshwire.control.model.topology import Topology
 from meshwire.control.model.validate import check_pair, link_mtu, validate_topology
-from meshwire.control.reconcile.ids import IdError, Slot, vni, wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 from meshwire.control.tables.topologies import TopologyTable
 

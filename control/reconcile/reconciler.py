@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.driver import LinkDriver
 from meshwire.control.links.errors import SpecError
-from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.reconcile.status import LinkStatus, State
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.tables.table import Table

@@ -44,17 +44,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
 
-from meshwire.control.config import ReconcileConfig, default
+from meshwire.control.common.clock import Clock, MonotonicClock
+from meshwire.control.common.config import ReconcileConfig, default
+from meshwire.control.common.queue import WorkQueue
+from meshwire.control.common.retries import ExponentialBackoff, RateLimiter, TokenBucket
 from meshwire.control.informer.failure import describe
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
-from meshwire.control.reconcile.clock import Clock, MonotonicClock
-from meshwire.control.reconcile.queue import WorkQueue
-from meshwire.control.reconcile.retries import ExponentialBackoff, RateLimiter, TokenBucket
+from meshwire.control.tables.local_placements import StatusRead
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +82,6 @@ class StatusNotFound(Exception):
 
 class StatusInvalid(Exception):
     """The API server rejects the write's values (HTTP 422); the message is the server's."""
-
-
-@dataclass(frozen=True, slots=True)
-class StatusRead:
-    """A Topology's placement fields (`PLACEMENT_FIELDS`, an absent one as "") as a
-    conditional write's check read them, and the object's resourceVersion then."""
-
-    fields: Mapping[str, str]
-    resource_version: str
 
 
 class StatusSuperseded(Exception):

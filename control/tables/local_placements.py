@@ -96,3 +96,12 @@ class LocalPlacement:
 
 def _number(resource_version: str) -> int | None:
     return int(resource_version) if resource_version.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRead:
+    """A Topology's placement fields (status_writer.PLACEMENT_FIELDS, an absent one as "") as a
+    conditional write's check read them, and the object's resourceVersion then."""
+
+    fields: Mapping[str, str]
+    resource_version: str

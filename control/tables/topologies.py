@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from meshwire.control.model.topology import Topology
-from meshwire.control.tables.local_placements import LocalPlacement, PodPlacement
+from meshwire.control.tables.local_placements import LocalPlacement, PodPlacement, StatusRead
 from meshwire.control.tables.table import ChangeTracker, Table
-
-if TYPE_CHECKING:  # the status writer is this table's listener; no import at run time
-    from meshwire.control.reconcile.status_writer import StatusRead
 
 PEER_INDEX = "peer"
 NODE_INDEX = "node"

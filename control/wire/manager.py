@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.announce import announce_at
 from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.reconcile.queue import WorkQueue
 from meshwire.control.tables.links import End, LinkRow
 from meshwire.control.wire.state import (
     Wire,

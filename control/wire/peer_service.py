@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from meshwire.control.auth.tls import NodeCredentials, identity_problem
-from meshwire.control.reconcile.ids import UID_LIMIT
+from meshwire.control.common.ids import UID_LIMIT
 from meshwire.control.wire.manager import WireManager
 from meshwire.dataplane import hostport, preface, tcp
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc

@@ -26,11 +26,11 @@ import os
 from typing import Any
 
 from meshwire.control.auth.tls import NodeCredentials, check_wire_key
-from meshwire.control.config import Config
-from meshwire.control.links.grpc import GrpcDriver
-from meshwire.control.listening import StartWaits, start_patiently
-from meshwire.control.reconcile.queue import WorkQueue
-from meshwire.control.reconcile.retries import ExponentialBackoff
+from meshwire.control.common.config import Config
+from meshwire.control.common.listening import StartWaits, start_patiently
+from meshwire.control.common.queue import WorkQueue
+from meshwire.control.common.retries import ExponentialBackoff
+from meshwire.control.wire.grpc_driver import GrpcDriver
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import Desired, WireManager
 from meshwire.control.wire.peer_client import GrpcPeerClient

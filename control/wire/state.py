@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshwire.control.reconcile.ids import far_end
+from meshwire.control.common.ids import far_end
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.types import FarEnd, TapRef
 from meshwire.dataplane.messages import AddWire

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from meshwire.control.reconcile.retries import Backoff, BackoffPolicy
+from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.wire.manager import Desired
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.handle import WorkerError, WorkerHandle

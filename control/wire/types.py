@@ -1,6 +1,6 @@
 """The contracts of the gRPC wire's control side (DESIGN.md §5).
 
-- `WireEnds`: what the grpc link driver (links/grpc.py, in a netlink thread)
+- `WireEnds`: what the grpc link driver (wire/grpc_driver.py, in a netlink thread)
   tells the wire manager about the TAPs it realises.
 - `PeerClient`: the Peer RPCs towards another node, so the handshake loop is
   tested without a network.

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from meshwire.control.config import ReconcileConfig, default
+from meshwire.control.common.config import ReconcileConfig, default
 
 # `reconcile.backoff_min` doubling to `backoff_max`: a transient failure
 # (a peer pod not yet up, an API hiccup) is retried before anyone notices, and a

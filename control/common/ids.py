@@ -1,7 +1,7 @@
 """Identifiers both nodes of a cross-node link compute alike: VXLAN VNIs and wire ids.
 
 Every namespace that holds a Topology gets a `Slot` from the cluster's
-IdAllocation object (`reconcile/slots.py` allocates, `daemon/slot_keeper.py`
+IdAllocation object (`common/slots.py` allocates, `daemon/slot_keeper.py`
 keeps it): a `vni_slot` and a `wire_slot`, each held by that namespace alone.
 Within its slot, the link's uid picks the id:
 

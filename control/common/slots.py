@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from meshwire.control.reconcile.ids import WIRE_SLOTS, Slot, preferred_slot, vni_slots
+from meshwire.control.common.ids import WIRE_SLOTS, Slot, preferred_slot, vni_slots
 
 GROUP = "meshwire.dev"
 VERSION = "v1alpha1"

@@ -21,15 +21,14 @@ import os
 from contextlib import ExitStack
 from typing import Any
 
+from meshwire.control.links import iface
+from meshwire.control.links.errors import LinkError, blame
+from meshwire.control.links.lifecycle import Placement, claim, create_and_place, delete_end
+from meshwire.control.links.names import Mark, Role, temp_name
+from meshwire.control.links.netns import Netns, netlink, open_netns
+from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.types import TapRef, WireEnds
 from meshwire.dataplane.tap import TapSpec, open_tap_in
-
-from ..tables.links import LinkRow
-from . import iface
-from .errors import LinkError, blame
-from .lifecycle import Placement, claim, create_and_place, delete_end
-from .names import Mark, Role, temp_name
-from .netns import Netns, netlink, open_netns
 
 # IFLA_INFO_KIND of TUN and TAP devices.
 KIND = "tun"

@@ -21,9 +21,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from meshwire.control.config import ConfigError, MetricsConfig, load_config
+from meshwire.control.client.text_table import table
+from meshwire.control.common.config import ConfigError, MetricsConfig, load_config
 from meshwire.control.reconcile.status import State
-from meshwire.control.text_table import table
 from meshwire.dataplane import hostport
 
 TIMEOUT = 10.0

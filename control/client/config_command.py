@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from meshwire.control.config import defaults_yaml
+from meshwire.control.common.config import defaults_yaml
 
 
 def main(argv: list[str]) -> int:

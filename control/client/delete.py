@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from meshwire.control.file_command import run
+from meshwire.control.client.file_command import run
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 
 

@@ -32,9 +32,9 @@ import heapq
 import itertools
 from collections import OrderedDict
 
-from meshwire.control.config import ReconcileConfig, default
-from meshwire.control.reconcile.clock import Clock, MonotonicClock
-from meshwire.control.reconcile.retries import ExponentialBackoff, RateLimiter
+from meshwire.control.common.clock import Clock, MonotonicClock
+from meshwire.control.common.config import ReconcileConfig, default
+from meshwire.control.common.retries import ExponentialBackoff, RateLimiter
 
 # `reconcile.debounce`: a window that coalesces the events of a burst (pods of
 # one lab starting together, a topology applied as one file) into one pass per

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from meshwire.control.reconcile.retries import ExponentialBackoff
+from meshwire.control.common.retries import ExponentialBackoff
 
 log = logging.getLogger(__name__)
 
