@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -281,4 +282,24 @@ uint64_t mw_emul_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int mw_emul_timerfd(void)
+{
+    return timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+}
+
+int mw_emul_timer_set(int fd, uint64_t at)
+{
+    if (at == 0)
+        at = 1; /* 0 would disarm it */
+    struct itimerspec spec = {.it_value = {(time_t)(at / 1000000000ull), (long)(at % 1000000000ull)}};
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
+void mw_emul_timer_read(int fd)
+{
+    uint64_t expirations;
+    ssize_t n = read(fd, &expirations, sizeof(expirations));
+    (void)n;
 }

@@ -69,5 +69,10 @@ void mw_emul_read_counters(const mw_emul *e, mw_emul_counters *out);
 int mw_emul_pump(mw_emul *e, uint64_t now, int in_fd, int out_fd, size_t skip);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t mw_emul_now(void);
+/* A nonblocking CLOCK_MONOTONIC timerfd (-1 and errno on failure); arming it for an
+ * absolute time `at` (ns; one already past fires at once); reading its expirations. */
+int mw_emul_timerfd(void);
+int mw_emul_timer_set(int fd, uint64_t at);
+void mw_emul_timer_read(int fd);
 
 #endif
