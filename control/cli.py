@@ -20,6 +20,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("lab",): "lab.command",
     ("config", "defaults"): "config_command",
     ("links",): "links_command",
+    ("capture",): "capture",
 }
 
 USAGE = """usage: meshwire COMMAND [ARGS]
@@ -38,6 +39,8 @@ commands:
   links [--url URL | --config F] [--state S] [--json]
                                   this node's link ends, their state and last error
   config defaults                 print the config file with every default
+  capture [--netns PATH] INTF [-w FILE|-] [-c N] [--seconds S]
+                                  an interface's frames as pcap (on the pod's node)
 """
 
 

@@ -171,6 +171,10 @@ class Pump:
         lib.mw_emul_timer_set(self._timer, release)
 
     def close(self) -> None:
+        """Idempotent."""
+        if self._timer < 0:
+            return
         self._loop.remove_reader(self.in_fd)
         self._loop.remove_reader(self._timer)
         os.close(self._timer)
+        self._timer = -1

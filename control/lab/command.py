@@ -13,11 +13,13 @@ import json
 import sys
 from pathlib import Path
 
+from meshwire.control import capture
+from meshwire.control.lab import emulate
 from meshwire.control.lab.check import check_all, tally
 from meshwire.control.lab.down import down
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.links import lab_links, topologies_of
-from meshwire.control.lab.names import LabNames, check_lab_name
+from meshwire.control.lab.names import LabNames, check_lab_name, netns_path
 from meshwire.control.lab.ops import kill_api, kill_daemon, move_pod, partition_node, restart_pod
 from meshwire.control.lab.progress import for_stream
 from meshwire.control.lab.render import summary
@@ -70,6 +72,18 @@ def parser() -> argparse.ArgumentParser:
     p = command("partition", "cut a node off the underlay for a while, then plug it back")
     p.add_argument("node")
     p.add_argument("--seconds", type=float, default=5.0, help="how long (default 5)")
+    p = command("impair", "set, clear or show the impairments of the frames an end sends")
+    p.add_argument("end", metavar="POD:INTF")
+    for flag, field in emulate.FLAGS.items():
+        unit = field.rpartition("_")[2].replace("pct", "%").replace("mbps", "Mbit/s")
+        p.add_argument(f"--{flag}", type=float, metavar=unit.upper(), help=f"{field} ({unit})")
+    p.add_argument("--clear", action="store_true", help="remove every impairment of the end")
+    p = command("link", "pull (down) or plug back (up) the cable of a link")
+    p.add_argument("end", metavar="POD:INTF")
+    p.add_argument("state", choices=("down", "up"))
+    p = command("capture", "an end's frames as pcap, from inside its pod")
+    p.add_argument("end", metavar="POD:INTF")
+    capture.add_options(p)
     command("down", "remove everything the lab made")
     return top
 
@@ -131,4 +145,20 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
         print(kill_api(lab, state, chosen))
     elif args.command == "partition":
         print(partition_node(state, args.node, args.seconds))
+    elif args.command == "impair":
+        changes = {
+            field: getattr(args, flag)
+            for flag, field in emulate.FLAGS.items()
+            if getattr(args, flag) is not None
+        }
+        if changes and args.clear:
+            raise LabError("impair: --clear takes no other flag")
+        print(emulate.impair(state, names, args.end, changes, args.clear))
+    elif args.command == "link":
+        print(emulate.set_state(state, names, args.end, args.state))
+    elif args.command == "capture":
+        pod_name, intf = emulate.split_end(args.end)
+        pod = state.pod(pod_name)
+        what = f"meshwire lab capture {pod.key}:{intf}"
+        return capture.run(netns_path(pod.netns), intf, args.write, args.count, args.seconds, what)
     return 0

@@ -16,6 +16,12 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
   `id_problem` set, which the driver reports instead of building anything.
 
 Each row's MTU is the link's own `mtu` (given on either end) or the daemon's.
+A link under emulation (model/emulation.py: impairments or a `state` on
+either end) is a grpc row whichever nodes its pods run on: the workers carry
+it, through a gRPC stream to the far node's worker, or to their own node's
+for two pods of one node; every other link stays on the kernel's path (veth,
+vxlan). Each end carries its own impairments; the row is `down` if either
+end's state is.
 Each pod end's MAC is its link's `local_mac` or derived (`model/macs.py`): the
 same on every node, so the same after a restart or a move.
 Links that fail validation, or whose two ends disagree, get no row and a
@@ -29,7 +35,7 @@ from typing import Literal, Protocol
 
 from meshwire.control.config import Config, VxlanConfig, default
 from meshwire.control.model.macs import end_mac
-from meshwire.control.model.topology import Topology
+from meshwire.control.model.topology import Link, Topology
 from meshwire.control.model.validate import check_pair, link_mtu, validate_topology
 from meshwire.control.reconcile.ids import IdError, Slot, vni, wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
@@ -63,6 +69,12 @@ class Derived:
 
 def is_local(topology: Topology, node: NodeView) -> bool:
     return topology.status.src_ip == node.node_ip and bool(topology.status.net_ns)
+
+
+def emulation_wanted(link: Link) -> bool:
+    """Whether a link end asks for the workers' path: impairments, or a `state` given
+    (`up` too, so a plugged cable keeps its interfaces and their ifindex)."""
+    return bool(link.impairments) or bool(link.state)
 
 
 def _running(topology: Topology | None) -> bool:
@@ -101,7 +113,14 @@ def _row(
     link = topology.link(uid)
     assert link is not None  # validate_topology only returns links of this topology
     mac = end_mac(topology.namespace, topology.name, link)
-    local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip, mac)
+    local = End(
+        topology.name,
+        topology.status.net_ns,
+        link.local_intf,
+        link.local_ip,
+        mac,
+        link.impairments,
+    )
 
     peer_topology = None if link.to_host else table.get(f"{topology.namespace}/{link.peer_pod}")
     mtu = link_mtu(link, peer_topology, node.mtu)
@@ -115,6 +134,7 @@ def _row(
         vxlan_id: int = 0,
         wire: int = 0,
         id_problem: str = "",
+        down: bool = False,
     ) -> LinkRow:
         return LinkRow(
             topology.namespace,
@@ -127,6 +147,7 @@ def _row(
             vni=vxlan_id,
             wire_id=wire,
             id_problem=id_problem,
+            down=down,
         )
 
     if link.to_host:
@@ -141,24 +162,30 @@ def _row(
     peer_link = peer_topology.link(uid)
     assert peer_link is not None  # check_pair found it
     peer_mac = end_mac(topology.namespace, peer_topology.name, peer_link)
-    if peer_status.src_ip == node.node_ip:
+    emulated = emulation_wanted(link) or emulation_wanted(peer_link)
+    down = link.down or peer_link.down
+    if peer_status.src_ip == node.node_ip and not emulated:
         net_ns = peer_status.net_ns
         peer = End(peer_topology.name, net_ns, link.peer_intf, link.peer_ip, peer_mac)
         first, second = sorted((local, peer), key=lambda end: (end.pod, end.intf))
         return row(LinkKind.VETH, first, second)
-    remote = End(peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac)
+    remote = End(
+        peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac, peer_link.impairments
+    )
     kind = LinkKind.VXLAN if node.inter_node_link_type == "vxlan" else LinkKind.GRPC
+    if emulated:
+        kind = LinkKind.GRPC
     slot = slots.slot_of(topology.namespace)
     if slot is None:
         return None
     if isinstance(slot, str):
-        return row(kind, local, remote, peer_status.src_ip, id_problem=slot)
+        return row(kind, local, remote, peer_status.src_ip, id_problem=slot, down=down)
     try:
         if kind is LinkKind.VXLAN:
             vxlan_id = vni(slot, uid, node.vni_base)
             return row(kind, local, remote, peer_status.src_ip, vxlan_id=vxlan_id)
         wire = wire_id(slot, uid, topology.name, peer_topology.name)
-        return row(kind, local, remote, peer_status.src_ip, wire=wire)
+        return row(kind, local, remote, peer_status.src_ip, wire=wire, down=down)
     except IdError as exc:
         problems.append(f"topology {topology.key}: link uid {uid}: uid: {exc}")
         return None
