@@ -60,6 +60,12 @@ class Link:
         return self.state == "down"
 
     @property
+    def emulated(self) -> bool:
+        """Whether this end asks for the workers' path: impairments, or a `state` given
+        (`up` too, so a plugged cable keeps its interfaces and their ifindex)."""
+        return bool(self.impairments) or bool(self.state)
+
+    @property
     def to_host(self) -> bool:
         return self.peer_pod == LOCALHOST
 

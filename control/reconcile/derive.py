@@ -35,7 +35,7 @@ from typing import Literal, Protocol
 
 from meshwire.control.config import Config, VxlanConfig, default
 from meshwire.control.model.macs import end_mac
-from meshwire.control.model.topology import Link, Topology
+from meshwire.control.model.topology import Topology
 from meshwire.control.model.validate import check_pair, link_mtu, validate_topology
 from meshwire.control.reconcile.ids import IdError, Slot, vni, wire_id
 from meshwire.control.tables.links import End, LinkKind, LinkRow
@@ -69,12 +69,6 @@ class Derived:
 
 def is_local(topology: Topology, node: NodeView) -> bool:
     return topology.status.src_ip == node.node_ip and bool(topology.status.net_ns)
-
-
-def emulation_wanted(link: Link) -> bool:
-    """Whether a link end asks for the workers' path: impairments, or a `state` given
-    (`up` too, so a plugged cable keeps its interfaces and their ifindex)."""
-    return bool(link.impairments) or bool(link.state)
 
 
 def _running(topology: Topology | None) -> bool:
@@ -162,7 +156,7 @@ def _row(
     peer_link = peer_topology.link(uid)
     assert peer_link is not None  # check_pair found it
     peer_mac = end_mac(topology.namespace, peer_topology.name, peer_link)
-    emulated = emulation_wanted(link) or emulation_wanted(peer_link)
+    emulated = link.emulated or peer_link.emulated
     down = link.down or peer_link.down
     if peer_status.src_ip == node.node_ip and not emulated:
         net_ns = peer_status.net_ns

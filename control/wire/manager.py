@@ -345,6 +345,12 @@ class WireManager:
                 refs[(worker, wire.row.namespace, wire.far.node_ip, wire.far.data_port)] += 1
         return refs
 
+    def row_of(self, wire_id: int) -> LinkRow | None:
+        """The row of the wire `wire_id` on this node, if any."""
+        key = self._by_id.get(wire_id)
+        wire = self._wires.get(key) if key is not None else None
+        return wire.row if wire is not None else None
+
     def ready(self, key: str) -> bool:
         wire = self._wires.get(key)
         return wire is not None and wire.ready
