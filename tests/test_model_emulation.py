@@ -4,13 +4,17 @@ a CRD prunes them (the `meshwire.dev/emulation` annotation)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from deploy_helpers import schema_errors
 
 from meshwire.control.model.emulation import ANNOTATION, Impairments
 from meshwire.control.model.topology import ModelError, Topology
 from meshwire.control.model.validate import validate_topology
+from tests.paths import CRDS, files
 
 
 def obj(link: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -133,3 +137,26 @@ def test_values_the_annotation_gives_are_range_checked_like_the_spec() -> None:
     topology = Topology.from_dict(obj({}, {ANNOTATION: json.dumps(annotation)}))
     (problem,) = validate_topology(topology).problems
     assert problem.field == "impairments.jitter_ms"
+
+
+def crd_schema(path: Path) -> dict[str, Any]:
+    schema: dict[str, Any] = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"][
+        "openAPIV3Schema"
+    ]
+    return schema
+
+
+def test_where_kne_s_crd_prunes_the_fields_the_annotation_still_sets_them() -> None:
+    (crd,) = files(CRDS, "kne-meshnet.yaml")
+    link = {"uid": 4, "peer_pod": "r2", "local_intf": "eth1", "peer_intf": "eth1"}
+    given = {"impairments": {"delay_ms": 20}, "state": "down"}
+    body = {"spec": {"links": [link | given]}}
+    pruned = sorted(schema_errors(crd_schema(crd), body))
+    assert pruned == [
+        ".spec.links[0].impairments: not in the schema (pruned by the API server)",
+        ".spec.links[0].state: not in the schema (pruned by the API server)",
+    ]
+    # What such a server keeps: the link without them, and the object's annotations.
+    kept = obj(link, {ANNOTATION: json.dumps({"eth1": given})})
+    (read,) = Topology.from_dict(kept).links
+    assert read.impairments == Impairments(delay_ms=20) and read.down
