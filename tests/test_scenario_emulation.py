@@ -93,6 +93,23 @@ def link_line(lab: Lab, pod: str, intf: str) -> tuple[int, set[str]]:
     return int(index or 0), set(flags)
 
 
+def carrier_of(lab: Lab, pod: str, intf: str) -> tuple[int, int]:
+    """(ifindex, carrier changes so far) of a pod's interface."""
+    sysfs = f"/sys/class/net/{intf}"
+    argv = [
+        "ip",
+        "netns",
+        "exec",
+        netns(lab, pod),
+        "cat",
+        f"{sysfs}/ifindex",
+        f"{sysfs}/carrier_changes",
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+    index, changes = out.split()
+    return int(index), int(changes)
+
+
 def delayed(lab: Lab, pod: str, address: str, at_least_ms: float) -> bool:
     rtt = min_rtt_ms(lab, pod, address)
     return rtt is not None and rtt >= at_least_ms
@@ -112,8 +129,11 @@ def test_a_delay_set_on_each_end_adds_to_the_rtt_until_cleared(
     intf = "eth1" if pod == "r2" else "eth2"
     assert lab.run("impair", f"r1:{intf}", "--delay", "20") == 0
     until("the delay holds", lambda: delayed(lab, "r1", address, 20))
+    # The link is emulated now: a later change applies in place, without a flap.
+    before = [carrier_of(lab, "r1", intf), carrier_of(lab, peer, "eth1")]
     assert lab.run("impair", f"{peer}:eth1", "--delay", "10") == 0
     until("both delays hold", lambda: delayed(lab, "r1", address, 30))
+    assert [carrier_of(lab, "r1", intf), carrier_of(lab, peer, "eth1")] == before
     assert lab.run("impair", f"r1:{intf}", "--clear") == 0
     assert lab.run("impair", f"{peer}:eth1", "--clear") == 0
     until("the delay is gone", lambda: undelayed(lab, "r1", address, 10))
