@@ -146,6 +146,14 @@ class Pump:
     def set(self, params: Params) -> None:
         self.emulator.set(params)
 
+    def read_from(self, in_fd: int) -> None:
+        """Reads frames from `in_fd` from now on (the caller closes the old one after)."""
+        if in_fd == self.in_fd or self._timer < 0:
+            return
+        self._loop.remove_reader(self.in_fd)
+        self.in_fd = in_fd
+        self._loop.add_reader(in_fd, self._on_input)
+
     def _on_input(self) -> None:
         if (
             lib.mw_emul_pump(

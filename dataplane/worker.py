@@ -221,13 +221,14 @@ class Worker:
             return messages.WireAck(command.wire_id, str(exc))
         old = self._wires.get(command.wire_id)
         retired = old.emulated if old is not None else None
+        problem = ""
         try:
             emulated = self._emulate(command, fd, retired)
         except OSError as exc:
+            # No emulator (out of fds): the wire carries its frames unimpaired, and the
+            # refusal makes control send the command again later.
             self._table.set_source(command.wire_id, -1)
-            if old is not None and old.fd != fd:
-                os.close(fd)  # the wire keeps its old fd and emulator
-            return messages.WireAck(command.wire_id, f"impairments: {exc}")
+            emulated, problem = None, f"wire {command.wire_id}: impairments: {exc}"
         self._wires[command.wire_id] = _Wire(fd, command.peer_wire_id, emulated)
         key = StreamKey(command.namespace, command.peer_node, command.peer_port)
         self._close_later(self._streams.attach(command.wire_id, key))
@@ -236,21 +237,23 @@ class Worker:
             retired.close()
         if old is not None and old.fd != fd:
             os.close(old.fd)
-        return messages.WireAck(command.wire_id)
+        return messages.WireAck(command.wire_id, problem)
 
     def _emulate(
         self, command: messages.AddWire, fd: int, old: _Emulated | None
     ) -> _Emulated | None:
-        """The wire's emulator as `command` asks: `old` with new parameters (no frame
-        lost), a new one for a new TAP fd, or none; points the table at it. The caller
+        """The wire's emulator as `command` asks: `old` with new parameters, reading the
+        new fd (each AddWire brings its own, on the same TAP or a new one), so its queue
+        and counters carry on; a new one; or none. Points the table at it. The caller
         closes `old` if it is not the one returned."""
         params = Params(*command.impairments)
-        emulated = old
-        if emulated is not None and (not params or emulated.pump.in_fd != fd):
-            emulated.pump.close()  # stop reading the TAP now; its sockets go later
-            emulated = None
-        if params and emulated is not None:
-            emulated.pump.set(params)
+        if old is not None and not params:
+            old.pump.close()  # stop reading the TAP now; its sockets go later
+            old = None
+        if old is not None:
+            old.pump.set(params)
+            old.pump.read_from(fd)
+            emulated = old
         elif params:
             source, out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
@@ -265,6 +268,8 @@ class Worker:
                 out.close()
                 raise
             emulated = _Emulated(pump, source, out)
+        else:
+            emulated = None
         self._table.set_source(
             command.wire_id, -1 if emulated is None else emulated.source.fileno()
         )
