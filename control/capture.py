@@ -7,21 +7,28 @@ packet sockets on its way in and out. The output is classic pcap (LINKTYPE_ETHER
 microsecond timestamps), written and flushed frame by frame, so
 `meshwire capture ... -w - | wireshark -k -i -` and tcpdump read it live.
 
-`meshwire lab capture POD:INTF` finds the pod's netns in the lab; on a cluster
-the daemon's image has the CLI: `kubectl exec` into the node's daemon and run
-`meshwire capture --netns /proc/<pid>/ns/net INTF` (or the CNI_NETNS path).
+`meshwire lab capture POD:INTF` finds the pod's netns in the lab. On a
+cluster node, `meshwire capture NS/POD:INTF` asks the node's daemon (its
+`/links`, found as `meshwire links` finds it) for the netns of that link end,
+so it works for the pods of that node:
+`kubectl -n meshwire exec ds/meshwire -- meshwire capture default/r1:eth1 -w - > r1.pcap`.
+`--netns PATH INTF` captures any interface of any netns.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import select
 import socket
 import struct
 import sys
 import time
-from typing import BinaryIO
+import urllib.request
+from typing import Any, BinaryIO
 
+from meshwire.control.config import ConfigError
+from meshwire.control.links_command import TIMEOUT, daemon_url
 from meshwire.dataplane.netns_thread import call_in_netns
 
 ETH_P_ALL = 0x0003
@@ -92,9 +99,29 @@ def capture(
 def parser(prog: str = "meshwire capture") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="capture an interface's frames as pcap")
     add_options(p)
-    p.add_argument("--netns", default="", help="network namespace path (default: this one's)")
-    p.add_argument("intf", help="interface name")
+    p.add_argument(
+        "--netns", default="", help="network namespace path; then END is an interface name"
+    )
+    p.add_argument("--url", help="the daemon's metrics address (default: as `meshwire links`)")
+    p.add_argument("--config", help="the daemon's config file, to find metrics.listen")
+    p.add_argument("end", metavar="END", help="NS/POD:INTF of a link end on this node, or INTF")
     return p
+
+
+def end_netns(entries: list[dict[str, Any]], end: str) -> tuple[str, str]:
+    """(netns path, interface) of the link end `end` (NS/POD:INTF; POD alone means the
+    default namespace) among the daemon's /links entries; raises CaptureError."""
+    pod, colon, intf = end.rpartition(":")
+    if not colon or not pod or not intf:
+        raise CaptureError(f"{end!r}: expected NS/POD:INTF (or --netns PATH INTF)")
+    if "/" not in pod:
+        pod = f"default/{pod}"
+    for entry in entries:
+        for side in ("local", "peer"):
+            one = entry[side]
+            if one["pod"] == pod and one["intf"] == intf and one.get("netns"):
+                return str(one["netns"]), intf
+    raise CaptureError(f"{pod}:{intf}: no link end of this node's daemon")
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -127,4 +154,15 @@ def run(netns: str, intf: str, write: str, count: int, seconds: float, what: str
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return run(args.netns, args.intf, args.write, args.count, args.seconds, "meshwire capture")
+    what = "meshwire capture"
+    netns, intf = args.netns, args.end
+    if not netns:
+        try:
+            base = args.url or daemon_url(args.config)
+            with urllib.request.urlopen(base.rstrip("/") + "/links", timeout=TIMEOUT) as answer:
+                entries = json.loads(answer.read())
+            netns, intf = end_netns(entries, args.end)
+        except (OSError, ValueError, ConfigError, CaptureError) as exc:
+            print(f"{what}: {exc}", file=sys.stderr)
+            return 1
+    return run(netns, intf, args.write, args.count, args.seconds, what)

@@ -39,8 +39,8 @@ commands:
   links [--url URL | --config F] [--state S] [--json]
                                   this node's link ends, their state and last error
   config defaults                 print the config file with every default
-  capture [--netns PATH] INTF [-w FILE|-] [-c N] [--seconds S]
-                                  an interface's frames as pcap (on the pod's node)
+  capture NS/POD:INTF | --netns PATH INTF [-w FILE|-] [-c N] [--seconds S]
+                                  a link end's frames as pcap (on the pod's node)
 """
 
 

@@ -10,8 +10,16 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from links_helpers import grpc_row, veth_row
 
-from meshwire.control.capture import CaptureError, capture, open_capture, pcap_header
+from meshwire.control.capture import (
+    CaptureError,
+    capture,
+    end_netns,
+    open_capture,
+    pcap_header,
+)
+from meshwire.control.daemon.link_report import link_report
 
 pytestmark = pytest.mark.root
 
@@ -67,3 +75,18 @@ def test_an_interface_that_is_not_there_is_named(veth_in_netns: tuple[str, str])
         open_capture(netns, "nope0")
     with pytest.raises(CaptureError, match="network namespace /run/netns/absent-mwc: not found"):
         open_capture("/run/netns/absent-mwc", "lo")
+
+
+def test_a_link_end_is_found_in_the_daemons_links_by_pod_and_interface() -> None:
+    veth = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
+    grpc = grpc_row("/run/netns/c")
+    entries = link_report([veth, grpc], {})
+    assert end_netns(entries, "lab/r1:eth2") == ("/run/netns/a", "eth2")
+    assert end_netns(entries, "lab/r2:eth1") == ("/run/netns/b", "eth1")
+    assert end_netns(entries, "lab/r1:eth1") == ("/run/netns/c", "eth1")
+    with pytest.raises(CaptureError, match="default/r1:eth1: no link end of this node's daemon"):
+        end_netns(entries, "r1:eth1")  # a pod without namespace is in `default`
+    with pytest.raises(CaptureError, match="no link end"):
+        end_netns(entries, "lab/r2:eth9")  # r2's end of the grpc link is on another node
+    with pytest.raises(CaptureError, match="expected NS/POD:INTF"):
+        end_netns(entries, "eth1")

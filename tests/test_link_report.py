@@ -41,6 +41,7 @@ def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
         "peer": {
             "pod": "lab/r2",
             "intf": "eth1",
+            "netns": "",
             "mac": "06:00:00:00:00:02",
             "node_ip": "192.0.2.2",
             "impairments": {},

@@ -1,8 +1,8 @@
 """What `/links` answers: every link end this node must realise, with its state.
 
 One entry per row of the links table, sorted by key: the kind, where the end
-is (pod, interface, netns, MAC), what it joins (the peer pod, its interface
-and MAC and, across nodes, its node), each end's impairments (those of the
+is (pod, interface, netns, MAC), what it joins (the peer pod, its interface,
+MAC, and its netns on this node or, across nodes, its node), each end's impairments (those of the
 frames it sends) and the cable (`cable`: `down` while pulled), and the reconcile state with the last
 error and how many attempts failed since the last success. A node's operator
 reads it to learn why one link is down without reading the logs;
@@ -44,6 +44,7 @@ def link_report(
                 "peer": {
                     "pod": f"{row.namespace}/{row.peer.pod}",
                     "intf": row.peer.intf,
+                    "netns": row.peer.netns,
                     "mac": row.peer.mac,
                     "node_ip": row.peer_node_ip,
                     "impairments": row.peer.impairments.to_dict(),
