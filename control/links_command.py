@@ -100,6 +100,8 @@ def _emulation(entry: dict[str, Any]) -> str:
             parts.append(arrow + " ".join(f"{k}={v:g}" for k, v in impairments.items()))
     if entry.get("cable") == "down":
         parts.append("cable down")
+    if not parts and entry.get("emulated"):
+        parts.append("emulated")  # a cable state set, up: the link stays on the workers
     return "; ".join(parts) or "-"
 
 

@@ -47,6 +47,7 @@ def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
             "impairments": {},
         },
         "cable": "up",
+        "emulated": False,
         "state": "error",
         "error": FAILED.message,
         "attempts": 4,
@@ -80,8 +81,10 @@ def test_each_end_shows_its_impairments_and_the_link_its_cable() -> None:
         local=dataclasses.replace(GRPC.local, impairments=Impairments(delay_ms=20, loss_pct=1.5)),
         peer=dataclasses.replace(GRPC.peer, impairments=Impairments(rate_mbps=100)),
         down=True,
+        emulated=True,
     )
     (entry,) = link_report([row], {})
+    assert entry["emulated"]
     assert entry["local"]["impairments"] == {"delay_ms": 20, "loss_pct": 1.5}
     assert entry["peer"]["impairments"] == {"rate_mbps": 100}
     assert entry["cable"] == "down"

@@ -50,6 +50,9 @@ def link_report(
                     "impairments": row.peer.impairments.to_dict(),
                 },
                 "cable": "down" if row.down else "up",
+                # A link under emulation is carried by the workers (a grpc end, rebuilt
+                # once from the kernel's veth or vxlan when its emulation began).
+                "emulated": row.emulated,
                 "state": status.state.value,
                 "error": status.message,
                 "attempts": status.attempts,

@@ -129,6 +129,7 @@ def _row(
         wire: int = 0,
         id_problem: str = "",
         down: bool = False,
+        emulated: bool = False,
     ) -> LinkRow:
         return LinkRow(
             topology.namespace,
@@ -142,6 +143,7 @@ def _row(
             wire_id=wire,
             id_problem=id_problem,
             down=down,
+            emulated=emulated,
         )
 
     if link.to_host:
@@ -173,13 +175,15 @@ def _row(
     if slot is None:
         return None
     if isinstance(slot, str):
-        return row(kind, local, remote, peer_status.src_ip, id_problem=slot, down=down)
+        return row(
+            kind, local, remote, peer_status.src_ip, id_problem=slot, down=down, emulated=emulated
+        )
     try:
         if kind is LinkKind.VXLAN:
             vxlan_id = vni(slot, uid, node.vni_base)
             return row(kind, local, remote, peer_status.src_ip, vxlan_id=vxlan_id)
         wire = wire_id(slot, uid, topology.name, peer_topology.name)
-        return row(kind, local, remote, peer_status.src_ip, wire=wire, down=down)
+        return row(kind, local, remote, peer_status.src_ip, wire=wire, down=down, emulated=emulated)
     except IdError as exc:
         problems.append(f"topology {topology.key}: link uid {uid}: uid: {exc}")
         return None

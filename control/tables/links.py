@@ -68,6 +68,9 @@ class LinkRow:
     # The cable is pulled (`state: down` on either end): both ends without carrier,
     # no frame passes. Only a grpc row (the workers' path) can be pulled.
     down: bool = False
+    # A grpc row only because the link is under emulation (impairments or a `state` on
+    # either end): without it, a veth or vxlan. Turning it on or off rebuilds the link.
+    emulated: bool = False
 
     @property
     def key(self) -> str:
