@@ -10,7 +10,9 @@ on the machine cannot fail them.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import struct
 import subprocess
 import time
@@ -19,6 +21,9 @@ from pathlib import Path
 
 import pytest
 from lab_helpers import Lab, in_ns, unique_lab
+
+from meshwire.control.lab.names import node_ip
+from meshwire.control.lab.probe import http_get
 
 pytestmark = pytest.mark.root
 
@@ -52,6 +57,7 @@ spec:
 RTT = re.compile(r"rtt min/avg/max/mdev = ([\d.]+)/")
 LOSS = re.compile(r"(\d+) packets transmitted, (\d+) received")
 WAIT = 60.0
+WORKER_PID = re.compile(r'^meshwire_worker_pid\{worker="\d+"\} (\S+)$', re.M)
 
 
 @pytest.fixture
@@ -179,12 +185,24 @@ def test_a_pulled_cable_leaves_both_ends_up_without_carrier_and_plugs_back_on_th
     assert (link_line(lab, "r1", "eth1")[0], link_line(lab, "r2", "eth1")[0]) == indexes
 
 
-def test_impairments_hold_after_the_daemon_is_killed_and_restarted(lab: Lab) -> None:
+def worker_pids(lab: Lab, node: int) -> list[int]:
+    answer = http_get(node_ip(node), 51100, "/metrics", netns=f"{lab.prefix}node{node}")
+    assert answer is not None and answer[0] == 200
+    return [int(float(m)) for m in WORKER_PID.findall(answer[1])]
+
+
+def test_impairments_hold_after_the_daemon_or_its_workers_are_killed(lab: Lab) -> None:
     assert lab.run("impair", "r1:eth2", "--delay", "25") == 0
     until("the delay holds", lambda: delayed(lab, "r1", "10.0.2.3", 25))
     index = link_line(lab, "r1", "eth2")[0]
     assert lab.run("kill-daemon", "node1") == 0
     until("the delay still holds", lambda: delayed(lab, "r1", "10.0.2.3", 25))
+    killed = worker_pids(lab, 1)
+    assert killed
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    until("new workers run", lambda: set(worker_pids(lab, 1)).isdisjoint(killed))
+    until("the delay holds with the new workers", lambda: delayed(lab, "r1", "10.0.2.3", 25))
     assert link_line(lab, "r1", "eth2")[0] == index
 
 
