@@ -128,8 +128,6 @@ def encode(message: Message) -> bytes:
         }
     else:
         body |= {name: getattr(message, name) for name in message.__dataclass_fields__}
-        if isinstance(message, AddWire):
-            body["impairments"] = list(message.impairments)
     return json.dumps(body, separators=(",", ":")).encode()
 
 
