@@ -4,7 +4,7 @@ LAB_FILE ?= examples/lab.yml
 NODES ?= 2
 MW := .venv/bin/meshwire
 
-.PHONY: setup lab test lint down
+.PHONY: setup lab test lint down bench-micro
 
 setup:
 	bash scripts/setup.sh
@@ -17,7 +17,13 @@ down: setup
 	$(MW) lab down
 
 test: setup
+	# A real kube-apiserver + etcd for tests/kube_cluster.py: built once, cached (or KUBEBUILDER_ASSETS).
+	bash scripts/kube-assets.sh >/dev/null
 	.venv/bin/python -m pytest -q --durations=25
 
 lint: setup
 	bash scripts/lint.sh
+
+# Micro benchmarks (pytest-benchmark), saved under .benchmarks/ for --benchmark-compare.
+bench-micro: setup
+	.venv/bin/python -m pytest -q bench/micro --benchmark-only --benchmark-autosave

@@ -12,5 +12,5 @@ packages = ["meshwire." + name for name in find_packages(include=[f"{f}*" for f 
 setup(
     packages=packages,
     package_dir={f"meshwire.{f}": f for f in FOLDERS},
-    package_data={"meshwire.proto": ["*.proto"]},
+    package_data={"meshwire.proto": ["*.proto"], "meshwire.control.graph": ["static/*"]},
 )

@@ -93,6 +93,8 @@ JUMBO = 9000
 # How long a partition lasts, at random: within TCP's patience (the wire's streams
 # survive it) but long enough to lose the API and in-flight handshakes.
 PARTITION_SECONDS = (1.0, 4.0)
+# Operations return at once: churn overlaps them and checks the whole lab once it settles.
+NO_WAIT = 0.0
 # The key the API operation is serialized on (one restart of it at a time).
 API = "api"
 RETRY_FIRST, RETRY_MAX, RETRIES = 0.5, 4.0, 30
@@ -147,8 +149,8 @@ class Churn:
     def run(self, kind: str, target: str, node: str) -> None:
         name = target.split("/", 1)[-1]
         actions: dict[str, Callable[[], str]] = {
-            "restart": lambda: ops.restart_pod(self.lab, self.state, self.runtime, name),
-            "move": lambda: ops.move_pod(self.lab, self.state, self.runtime, name, node),
+            "restart": lambda: ops.restart_pod(self.lab, self.state, self.runtime, name, NO_WAIT),
+            "move": lambda: ops.move_pod(self.lab, self.state, self.runtime, name, node, NO_WAIT),
             "kill": lambda: self._kill(target),
             "api": self._kill_api,
             "partition": lambda: ops.partition_node(self.state, target, float(node)),
@@ -246,7 +248,7 @@ class Churn:
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX)
             # As a kubelet does: the failed sandbox goes, a new one is made.
-            action = lambda: ops.restart_pod(self.lab, self.state, self.runtime, pod)  # noqa: E731
+            action = lambda: ops.restart_pod(self.lab, self.state, self.runtime, pod, NO_WAIT)  # noqa: E731
         with self._counting:
             self.failed.append(f"{pod or 'daemon'}: {error}")
 

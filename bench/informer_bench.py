@@ -1,7 +1,7 @@
 """Informer benchmark: initial sync and event throughput on a big lab.
 
     .venv/bin/python bench/informer_bench.py [--nodes 1500] [--pods 10000]
-        [--links 20000] [--updates 5000] [--seed 1]
+        [--links 20000] [--updates 5000] [--seed 1] [--kube]
 
 On a machine whose loopback has no 127.0.0.1, run it in a private network
 namespace: `unshare -n sh -c 'ip link set lo up; .venv/bin/python bench/...'`.
@@ -24,6 +24,14 @@ peak RSS, live throughput (updates made while the informer watches; this is
 bounded by the server's one-commit-per-update writes too), and backlog
 throughput (updates made while the watch is silent, then delivered at once
 when it reopens from its last resourceVersion: the informer's own rate).
+
+With `--kube` the server is a real kube-apiserver and etcd instead
+(`tests/kube_cluster.py`, binaries from scripts/kube-assets.sh; deploy/crd.yaml
+installed): the writer child creates each object and writes its status over
+HTTPS (8 requests at a time), and the server child makes the status updates
+the same way and relays the informer's connection, holding what the server
+sends while told to hang (the server's watch stays open; its events wait in
+the relay, then arrive at once).
 
 A server child that dies ends the run with exit status 1 and its exit code,
 rather than leaving the informer to retry forever.
@@ -142,11 +150,102 @@ async def _updates(server: Any, count: int, round_: int) -> float:
     return time.perf_counter() - started
 
 
+KUBE_THREADS = 8
+
+
+def _kube_objects(kubeconfig: str) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    configuration.connection_pool_maxsize = KUBE_THREADS
+    return client.CustomObjectsApi(client.ApiClient(configuration))
+
+
+def write_lab_kube(kubeconfig: str, nodes: int, pods: int, links: int, seed: int) -> None:
+    """The writer child on a real API server: a create and a status write per object."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    objects = _kube_objects(kubeconfig)
+    target = ("networkop.co.uk", "v1beta1", NAMESPACE, "topologies")
+
+    def one(obj: dict[str, Any]) -> None:
+        status = obj.pop("status")
+        objects.create_namespaced_custom_object(*target, obj)
+        objects.patch_namespaced_custom_object_status(
+            *target, obj["metadata"]["name"], {"status": status}
+        )
+
+    with ThreadPoolExecutor(KUBE_THREADS) as pool:
+        list(pool.map(one, generate(nodes, pods, links, seed)))
+
+
+def serve_kube(kubeconfig: str, host: str, port: int, conn: Connection) -> None:
+    """The server child on a real API server: relays host:<its port> to host:`port`, and
+    answers ("port",), ("hang", bool), ("update", n, round), ("stop",) as `serve` does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    objects = _kube_objects(kubeconfig)
+    target = ("networkop.co.uk", "v1beta1", NAMESPACE, "topologies")
+
+    async def main() -> None:
+        flowing = asyncio.Event()
+        flowing.set()
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, hold: bool) -> None:
+            try:
+                while data := await src.read(65536):
+                    if hold:
+                        await flowing.wait()
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            finally:
+                dst.close()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_reader, up_writer = await asyncio.open_connection(host, port)
+            await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
+
+        relay = await asyncio.start_server(handle, host, 0)
+        loop = asyncio.get_running_loop()
+
+        def updates(count: int, round_: int) -> float:
+            started = time.perf_counter()
+
+            def one(i: int) -> None:
+                objects.patch_namespaced_custom_object_status(
+                    *target, f"p{i:05d}", {"status": {"plumbing_error": f"round {round_}"}}
+                )
+
+            with ThreadPoolExecutor(KUBE_THREADS) as pool:
+                list(pool.map(one, range(count)))
+            return time.perf_counter() - started
+
+        while True:
+            command = await loop.run_in_executor(None, conn.recv)
+            if command[0] == "stop":
+                break
+            if command[0] == "port":
+                conn.send(relay.sockets[0].getsockname()[1])
+            elif command[0] == "hang":
+                (flowing.clear if command[1] else flowing.set)()
+                conn.send(None)
+            elif command[0] == "update":
+                conn.send(await loop.run_in_executor(None, updates, command[1], command[2]))
+        relay.close()
+
+    asyncio.run(main())
+
+
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def measure(url: str, conn: Connection, updates: int) -> list[tuple[str, str]]:
+async def measure(
+    url: str, conn: Connection, updates: int, kubeconfig: str = ""
+) -> list[tuple[str, str]]:
     from meshwire.control.informer.client import make_api_client
     from meshwire.control.informer.informer import Informer
     from meshwire.control.informer.sink import TableSink
@@ -154,7 +253,7 @@ async def measure(url: str, conn: Connection, updates: int) -> list[tuple[str, s
 
     rows: list[tuple[str, str]] = [("peak RSS before the informer", f"{rss_mib():.0f} MiB")]
     table: Table[Topology] = Table("topologies")
-    api = await make_api_client(url, "")
+    api = await make_api_client(url, kubeconfig)
     informer = Informer(api, TableSink(table))
     started = time.perf_counter()
     task = asyncio.create_task(informer.run())
@@ -270,9 +369,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--updates", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--uvloop", action="store_true", help="run the informer on uvloop")
+    parser.add_argument(
+        "--kube",
+        action="store_true",
+        help="a real kube-apiserver + etcd instead of the embedded API",
+    )
     args = parser.parse_args(argv)
     if args.updates > args.pods:
         parser.error("--updates: at most --pods (one update per pod per round)")
+    if args.kube:
+        return main_kube(args)
     spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="mwbench") as tmp:
         db = str(Path(tmp) / "api.sqlite")
@@ -320,9 +426,74 @@ def main(argv: list[str]) -> int:
     lab = f"{args.nodes} nodes, {args.pods} pods, {args.links} links"
     rows.insert(0, ("lab", f"{lab}; written through the Store in {load:.1f} s"))
     rows.insert(1, ("event loop", "uvloop" if args.uvloop else "asyncio"))
+    show(rows)
+    return 0
+
+
+def show(rows: list[tuple[str, str]]) -> None:
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
+
+
+def main_kube(args: argparse.Namespace) -> int:
+    """The same measurements against a private kube-apiserver + etcd."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.kube_cluster import ControlPlane, assets
+    from tests.kube_helpers import admin, create_namespace, install_crd
+    from tests.paths import REPO
+
+    spawn = multiprocessing.get_context("spawn")
+    plane = ControlPlane(assets())
+    plane.start()
+    try:
+        api = admin(plane)
+        install_crd(api, REPO / "deploy" / "crd.yaml")
+        create_namespace(api, NAMESPACE)
+        api.close()
+        kubeconfig = str(plane.admin_kubeconfig)
+        started = time.perf_counter()
+        writer = spawn.Process(
+            target=write_lab_kube, args=(kubeconfig, args.nodes, args.pods, args.links, args.seed)
+        )
+        writer.start()
+        writer.join()
+        if writer.exitcode != 0:
+            print(
+                f"informer_bench: writing the lab failed (exit {writer.exitcode})", file=sys.stderr
+            )
+            return 1
+        load = time.perf_counter() - started
+        ours, theirs = spawn.Pipe()
+        server = spawn.Process(target=serve_kube, args=(kubeconfig, plane.host, plane.port, theirs))
+        server.start()
+        theirs.close()
+        try:
+            port = _ask(ours, ("port",))
+            relayed = plane.admin_kubeconfig_for(
+                plane.dir / "relayed.kubeconfig", f"https://{plane.host}:{port}"
+            )
+            work = measure("", ours, args.updates, str(relayed))
+            rows = asyncio.run(_unless_exited(work, server.sentinel))
+        except (ServerDied, EOFError, BrokenPipeError):
+            server.join(30)
+            print(
+                f"informer_bench: the server child died (exit {server.exitcode})", file=sys.stderr
+            )
+            return 1
+        finally:
+            if server.is_alive():
+                ours.send(("stop",))
+                server.join(30)
+            if server.is_alive():
+                server.terminate()
+                server.join()
+    finally:
+        plane.stop()
+    lab = f"{args.nodes} nodes, {args.pods} pods, {args.links} links"
+    rows.insert(0, ("lab", f"{lab}; written over HTTPS in {load:.1f} s"))
+    rows.insert(1, ("server", "kube-apiserver v1.20.2 + etcd 3.4 (watch cache on)"))
+    show(rows)
     return 0
 
 

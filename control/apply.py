@@ -5,10 +5,18 @@ statuses are `file_command.py`'s). An update replaces the spec and keeps the
 object's metadata and the status the daemons wrote; it carries the
 resourceVersion it read and is retried on a 409 Conflict. Prints
 `topology.networkop.co.uk/NAME created|configured|unchanged` per object.
+
+A cluster's own Topology CRD may prune fields meshwire's `deploy/crd.yaml`
+keeps (KNE's structural schema has no per-link `mtu`): the object the server
+answers with then lacks them. Such fields are named in ONE warning on stderr
+per run (the exit status stays 0: the server stored all it could), and an
+object whose only difference from the file is pruned fields is `unchanged`
+(the server's replace is a no-op then).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -20,8 +28,50 @@ from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 CONFLICT_RETRIES = 5
 
 
-def apply_one(api: Any, obj: dict[str, Any]) -> str:
-    """Creates or updates one object; returns `created`, `configured` or `unchanged`.
+class Applier:
+    """The apply operation for `file_command.run`; remembers the pruned fields it warned of."""
+
+    def __init__(self) -> None:
+        self.warned: set[str] = set()
+
+    def __call__(self, api: Any, obj: dict[str, Any]) -> str:
+        outcome, stored = apply_one(api, obj)
+        pruned = sorted(set(pruned_paths(obj["spec"], stored.get("spec"), "spec")) - self.warned)
+        if pruned:
+            self.warned.update(pruned)
+            print(
+                f"meshwire apply: warning: the server dropped {', '.join(pruned)}: its "
+                f"Topology CRD ({PLURAL}.{GROUP}) does not have these fields, so they take no "
+                "effect; deploy/crd.yaml keeps them",
+                file=sys.stderr,
+                flush=True,
+            )
+        return outcome
+
+
+def pruned_paths(sent: Any, stored: Any, path: str) -> list[str]:
+    """Paths of the fields in `sent` that `stored` lacks (list items as `[]`)."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return []
+        out: list[str] = []
+        for key, value in sent.items():
+            if key not in stored:
+                out.append(f"{path}.{key}")
+            else:
+                out.extend(pruned_paths(value, stored[key], f"{path}.{key}"))
+        return out
+    if isinstance(sent, list) and isinstance(stored, list):
+        found: list[str] = []
+        for mine, theirs in zip(sent, stored, strict=False):
+            found.extend(p for p in pruned_paths(mine, theirs, f"{path}[]") if p not in found)
+        return found
+    return []
+
+
+def apply_one(api: Any, obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Creates or updates one object; returns `created`, `configured` or `unchanged`,
+    and the object as the server stored it.
 
     Raises ApiException for what a retry cannot fix (422 Invalid, 403, ...).
     """
@@ -34,24 +84,27 @@ def apply_one(api: Any, obj: dict[str, Any]) -> str:
             if e.status != 404:
                 raise
             try:
-                api.create_namespaced_custom_object(*target, obj)
+                created = api.create_namespaced_custom_object(*target, obj)
             except ApiException as create_error:
                 if create_error.status == 409:
                     continue
                 raise
-            return "created"
+            return "created", created
         if current.get("spec") == obj["spec"]:
-            return "unchanged"
+            return "unchanged", current
         body = {**current, "spec": obj["spec"]}
         try:
-            api.replace_namespaced_custom_object(*target, meta["name"], body)
+            replaced = api.replace_namespaced_custom_object(*target, meta["name"], body)
         except ApiException as e:
             if e.status in (404, 409):
                 continue
             raise
-        return "configured"
+        # Equal to what was there: the server pruned every difference away.
+        return (
+            "unchanged" if replaced.get("spec") == current.get("spec") else "configured"
+        ), replaced
     raise ApiException(status=409, reason=f"still conflicting after {CONFLICT_RETRIES} attempts")
 
 
 def main(argv: list[str]) -> int:
-    return run("apply", "Create or update the Topology objects in a file.", apply_one, argv)
+    return run("apply", "Create or update the Topology objects in a file.", Applier(), argv)

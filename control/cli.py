@@ -10,14 +10,17 @@ from __future__ import annotations
 import importlib
 import sys
 
-# command words -> module (relative to meshwire.control) whose main() runs them.
+# command words -> module (relative to meshwire.control) whose main() runs them,
+# or `module:function` for a module that runs more than one command.
 COMMANDS: dict[tuple[str, ...], str] = {
     ("daemon",): "daemon.command",
     ("api", "serve"): "api.command",
     ("apply",): "apply",
     ("delete",): "delete",
     ("cni", "install"): "cni.install",
+    ("lab", "graph"): "graph.command:lab_main",
     ("lab",): "lab.command",
+    ("graph",): "graph.command:cluster_main",
     ("config", "defaults"): "config_command",
     ("links",): "links_command",
     ("capture",): "capture",
@@ -36,6 +39,9 @@ commands:
   cni install --bin-dir D --conf-dir D [--config FILE]
                                   install the CNI shim as `meshnet` and chain it
   lab up|status|check|down|...    a whole lab on one machine
+  lab graph -o FILE | --serve H:P a picture of the lab (.svg .dot .mmd .json), or a live page
+  graph --kubeconfig F [-n NS] -o FILE | --serve H:P
+                                  a picture of a namespace's lab on a cluster
   links [--url URL | --config F] [--state S] [--json]
                                   this node's link ends, their state and last error
   config defaults                 print the config file with every default
@@ -48,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     for words, module in sorted(COMMANDS.items(), key=lambda item: -len(item[0])):
         if tuple(args[: len(words)]) == words:
-            entry = importlib.import_module(f"meshwire.control.{module}")
-            result: int = entry.main(args[len(words) :])
+            name, _, function = module.partition(":")
+            entry = importlib.import_module(f"meshwire.control.{name}")
+            result: int = getattr(entry, function or "main")(args[len(words) :])
             return result
     stream = sys.stdout if args[:1] in (["-h"], ["--help"], []) else sys.stderr
     if args and stream is sys.stderr:

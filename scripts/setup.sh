@@ -11,9 +11,14 @@ command -v gcc >/dev/null || need_apt+=(gcc)
 command -v make >/dev/null || need_apt+=(make)
 command -v iperf3 >/dev/null || need_apt+=(iperf3)
 command -v ping >/dev/null || need_apt+=(iputils-ping)
+# The tests' kube-apiserver PKI (tests/kube_cluster.py); the binaries come from scripts/kube-assets.sh.
+command -v openssl >/dev/null || need_apt+=(openssl)
 [[ -e /usr/include/ffi.h || -e /usr/include/x86_64-linux-gnu/ffi.h || -e /usr/include/aarch64-linux-gnu/ffi.h ]] || need_apt+=(libffi-dev)
 # HTTP/2 for the dataplane workers' gRPC wire stream (cext/h2*.c).
 [[ -e /usr/include/nghttp2/nghttp2.h ]] || need_apt+=(libnghttp2-dev)
+# `lab graph` lays its pictures out with Graphviz; the tests look at them in headless Chromium.
+command -v dot >/dev/null || need_apt+=(graphviz)
+command -v chromium >/dev/null || need_apt+=(chromium)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "setup: missing ${need_apt[*]}; run as root or install them" >&2

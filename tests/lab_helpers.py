@@ -66,7 +66,7 @@ class StubRuntime:
         host, _, port = listen.rpartition(":")
         return _http_server(host, port, self.ready_dir)
 
-    def apply_argv(self, path: Path, server: str) -> list[str]:
+    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
         return ["true"]
 
     def daemon_argv(self, config: Path) -> list[str]:

@@ -4,7 +4,6 @@ clients, and the file that made them removes them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +19,10 @@ from tests.api_helpers import (
     aio_api,
     call,
     get,
-    private_server,
     sync_api,
     topology,
 )
 from tests.paths import meshnet_fixtures
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
-    async with private_server(tmp_path) as running:
-        yield running
 
 
 def as_written(item: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ answers and half-open watches."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from tests.api_helpers import (
     call,
     create,
     private_loopback,
-    private_server,
     serving,
     sync_api,
     topology,
@@ -29,12 +27,6 @@ from tests.api_helpers import (
 )
 
 WATCH = f"/apis/networkop.co.uk/v1beta1/namespaces/default/{PLURAL}?watch=true"
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
-    async with private_server(tmp_path) as running:
-        yield running
 
 
 async def knobs(server: ApiServer, **body: Any) -> dict[str, Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +17,10 @@ from tests.api_helpers import (
     call,
     create,
     private_loopback,
-    private_server,
     serving,
     sync_api,
     topology,
 )
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
-    async with private_server(tmp_path) as running:
-        yield running
 
 
 def names(page: dict[str, Any]) -> list[str]:

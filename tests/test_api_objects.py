@@ -4,8 +4,6 @@ replace, patch, delete, the status subresource, and kube's error answers."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -20,16 +18,9 @@ from tests.api_helpers import (
     call,
     create,
     get,
-    private_server,
     sync_api,
     topology,
 )
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
-    async with private_server(tmp_path) as running:
-        yield running
 
 
 def status_of(error: ApiException) -> dict[str, Any]:

@@ -4,11 +4,8 @@ each change, where a watch starts, bookmarks, timeouts and 410 Gone."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import watch
 from kubernetes.aio import watch as aio_watch
 from kubernetes.client.exceptions import ApiException
@@ -20,17 +17,10 @@ from tests.api_helpers import (
     aio_api,
     call,
     create,
-    private_server,
     sync_api,
     topology,
     wait_until,
 )
-
-
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
-    async with private_server(tmp_path) as running:
-        yield running
 
 
 class Recorder:

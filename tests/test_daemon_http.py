@@ -72,10 +72,10 @@ async def get(url: str) -> tuple[int, str]:
 
 
 async def test_links_answers_the_report_for_the_state_asked_and_400_for_a_bad_one() -> None:
-    asked: list[str] = []
+    asked: list[tuple[str, bool]] = []
 
-    def links(state: str) -> list[dict[str, Any]]:
-        asked.append(state)
+    async def links(state: str, counters: bool) -> list[dict[str, Any]]:
+        asked.append((state, counters))
         if state == "bogus":
             raise ValueError("state 'bogus' is not one of pending, done, error")
         return [{"key": "lab/1", "state": state or "done"}]
@@ -87,10 +87,12 @@ async def test_links_answers_the_report_for_the_state_asked_and_400_for_a_bad_on
         every = await get(f"http://127.0.0.1:{port}/links")
         failing = await get(f"http://127.0.0.1:{port}/links?state=error")
         bad = await get(f"http://127.0.0.1:{port}/links?state=bogus")
+        counted = await get(f"http://127.0.0.1:{port}/links?counters=1")
     finally:
         await server.stop()
 
     assert (every[0], json.loads(every[1])) == (200, [{"key": "lab/1", "state": "done"}])
     assert (failing[0], json.loads(failing[1])) == (200, [{"key": "lab/1", "state": "error"}])
     assert bad == (400, "state 'bogus' is not one of pending, done, error\n")
-    assert asked == ["", "error", "bogus"]
+    assert counted[0] == 200
+    assert asked == [("", False), ("error", False), ("bogus", False), ("", True)]

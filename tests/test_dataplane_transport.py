@@ -323,3 +323,53 @@ async def test_a_sender_reaches_a_receiver_on_a_node_with_an_ipv6_address(ends: 
         listener.close()
 
     assert got == sent
+
+
+# Bound on a close that must not hang: ten times CLOSE_GRACE, yet under the TCP user
+# timeout (20 s), which would end a call to a cut-off peer by itself. Not a timing check.
+CLOSE_LIMIT = 10.0
+
+
+async def closes(sender: Sender) -> None:
+    """Asserts that `sender.close()` returns within CLOSE_LIMIT. (Not asyncio.timeout:
+    a close stuck awaiting its call would swallow the timeout's cancellation.)"""
+    closing = asyncio.ensure_future(sender.close())
+    await asyncio.wait({closing}, timeout=CLOSE_LIMIT)
+    assert closing.done(), f"close() still waiting after {CLOSE_LIMIT}s"
+    closing.result()
+
+
+async def test_closing_a_stream_to_a_peer_cut_off_mid_call_does_not_hang(ends: Ends) -> None:
+    listener = Listener(ends.rx_table)
+    proxy = StallingProxy(listener.start(LOOPBACK, 0))
+    sender = sender_of(ends, StreamKey("lab", LOOPBACK, await proxy.start()))
+    try:
+        sent = frames_of(60, 10)
+        await asyncio.to_thread(lambda: [ends.tx_far.send(f) for f in sent])
+        assert await received(ends.rx_far, len(sent)) == sent  # the call is up
+        proxy.flowing.clear()  # the peer node is cut off: nothing reaches it, nothing answers
+
+        await closes(sender)  # its end of the call can never be acknowledged
+    finally:
+        proxy.flowing.set()
+        await proxy.close()
+        listener.close()
+
+
+async def test_closing_a_stream_to_a_peer_that_never_answers_does_not_hang(ends: Ends) -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # a dead worker's port: TCP accepted, no HTTP/2 ever
+
+    server = await asyncio.start_server(mute, LOOPBACK, 0)
+    port = server.sockets[0].getsockname()[1]
+    sender = sender_of(ends, StreamKey("lab", LOOPBACK, port))
+    try:
+        await wait_until(lambda: bool(accepted), within=CLOSE_LIMIT)
+        await closes(sender)
+    finally:
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()

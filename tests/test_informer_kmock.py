@@ -8,9 +8,27 @@ timeout, a server without the CRD or refusing the permission (each said in
 one line naming the fix), and a 410 (injected as an HTTP status and as an ERROR event) leading
 to a relist whose diff emits the deletion the watch never reported.
 
-kmock cannot check the rest; those scenarios run against the embedded API in
-`test_informer_api.py` and are listed in `NOT_CHECKABLE_WITH_KMOCK`, shown as
-skips with their reason (a skip is never a pass).
+What kmock 0.8 cannot check, and why; these scenarios run against the embedded
+API (`test_informer_api.py`) instead:
+
+- 410 after a real compaction: kmock keeps no history; the 410 is injected here, the
+  real compaction is tested against the embedded API.
+- API server restart: kmock's objects live in the memory of one emulator instance.
+- an update by replace (PUT), as meshwire apply sends: kmock serves no PUT of an object
+  or of its status (both answer 404), so apply's update path is checked against the
+  embedded API only (test_api_apply.py).
+- half-open watch, then recovery without a relist: kmock has no way to make a watch
+  silent and then live again; its idle watch is abandoned by the client timeout
+  (tested), but what follows is a replay.
+- paged list (limit/continue): kmock ignores limit and continue and returns every object
+  in one page.
+- resume from the last resourceVersion: kmock lists report resourceVersion '...' and its
+  objects carry none; every watch ignores resourceVersion and replays all objects as
+  ADDED, so a resumed watch cannot be told from a replay.
+- server timeoutSeconds and bookmarks: kmock ignores timeoutSeconds (a TODO in kmock)
+  and never sends BOOKMARK events.
+- watch dropped mid-stream: kmock cannot end an open watch: its watch streams until the
+  client leaves.
 """
 
 from __future__ import annotations
@@ -39,27 +57,6 @@ pytestmark = pytest.mark.timeout(60)
 
 TOPOLOGIES = kmock.resource(GROUP, VERSION, PLURAL)
 
-NOT_CHECKABLE_WITH_KMOCK = {
-    "resume from the last resourceVersion": "kmock lists report resourceVersion '...' and "
-    "its objects carry none; every watch ignores resourceVersion and replays all objects "
-    "as ADDED, so a resumed watch cannot be told from a replay",
-    "watch dropped mid-stream": "kmock cannot end an open watch: its watch streams until the "
-    "client leaves",
-    "server timeoutSeconds and bookmarks": "kmock ignores timeoutSeconds (a TODO in kmock) "
-    "and never sends BOOKMARK events",
-    "410 after a real compaction": "kmock keeps no history; the 410 is injected here, the "
-    "real compaction is tested against the embedded API",
-    "paged list (limit/continue)": "kmock ignores limit and continue and returns every "
-    "object in one page",
-    "API server restart": "kmock's objects live in the memory of one emulator instance",
-    "half-open watch, then recovery without a relist": "kmock has no way to make a watch "
-    "silent and then live again; its idle watch is abandoned by the client timeout "
-    "(tested), but what follows is a replay",
-    "an update by replace (PUT), as meshwire apply sends": "kmock serves no PUT of an "
-    "object or of its status (both answer 404), so apply's update path is checked against "
-    "the embedded API only (test_api_apply.py)",
-}
-
 
 @pytest.fixture(autouse=True)
 def _own_loopback() -> Iterator[None]:
@@ -85,11 +82,6 @@ async def emulator(*objs: dict[str, Any], crd: bool = True) -> AsyncIterator[tup
 
 def triangle() -> list[dict[str, Any]]:
     return [topology("r1", "r2", "r3"), topology("r2", "r1", "r3"), topology("r3", "r1", "r2")]
-
-
-@pytest.mark.parametrize("scenario", sorted(NOT_CHECKABLE_WITH_KMOCK))
-def test_not_checkable_with_kmock(scenario: str) -> None:
-    pytest.skip(f"kmock 0.8: {NOT_CHECKABLE_WITH_KMOCK[scenario]}")
 
 
 async def test_initial_sync_marks_the_table_initialized_after_the_list() -> None:

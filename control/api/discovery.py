@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from meshwire.control.api import jsonio
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from meshwire.control.reconcile import slots
 
@@ -86,7 +87,7 @@ def routes() -> list[web.RouteDef]:
 
 def _document(body: dict[str, Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(_: web.Request) -> web.Response:
-        return web.json_response(body)
+        return jsonio.response(body)
 
     return handler
 

@@ -18,13 +18,12 @@ than silently ignored.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from meshwire.control.api import admission, errors, paging, patch, watch
+from meshwire.control.api import admission, errors, jsonio, paging, patch, watch
 from meshwire.control.api.store import Store
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
@@ -33,7 +32,7 @@ _TRUE = ("true", "1")
 
 
 def _object_response(obj: dict[str, Any], status: int = 200) -> web.Response:
-    return web.json_response(obj, status=status)
+    return jsonio.response(obj, status=status)
 
 
 async def _json_body(request: web.Request) -> Any:
@@ -41,7 +40,7 @@ async def _json_body(request: web.Request) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
+        return jsonio.loads(text)
     except ValueError as e:
         raise errors.BadRequest(f"the request body is not JSON: {e}") from e
 
@@ -118,7 +117,7 @@ class TopologyHandlers:
             "metadata": metadata,
         }
         body["items"] = page.items
-        return web.json_response(body)
+        return jsonio.response(body)
 
     async def _watch(self, request: web.Request, namespace: str | None) -> web.StreamResponse:
         rv = request.query.get("resourceVersion", "")
@@ -166,7 +165,7 @@ class TopologyHandlers:
             "metadata": metadata,
         }
         body["items"] = deleted
-        return web.json_response(body)
+        return jsonio.response(body)
 
     # -- one object -----------------------------------------------------------
 

@@ -13,12 +13,11 @@ the writers' invariant.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
-from meshwire.control.api import errors, watch
+from meshwire.control.api import errors, jsonio, watch
 from meshwire.control.api.store import Store
 from meshwire.control.model.names import dns_label_problem, dns_subdomain_problem
 from meshwire.control.reconcile.slots import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -53,7 +52,7 @@ class IdAllocationHandlers:
             return await self._watch(request)
         page = self.store.list_page()
         items = [{"apiVersion": API_VERSION, "kind": KIND, **obj} for obj in page.items]
-        return web.json_response(
+        return jsonio.response(
             {
                 "apiVersion": API_VERSION,
                 "kind": f"{KIND}List",
@@ -92,21 +91,21 @@ class IdAllocationHandlers:
 
     async def create(self, request: web.Request) -> web.Response:
         obj = admit(await _json_body(request))
-        return web.json_response(self.store.create(obj), status=201)
+        return jsonio.response(self.store.create(obj), status=201)
 
     async def get(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         obj = self.store.get("", name)
         if obj is None:
             raise errors.not_found(name, RESOURCE)
-        return web.json_response(obj)
+        return jsonio.response(obj)
 
     async def replace(self, request: web.Request) -> web.Response:
         obj = admit(await _json_body(request), request.match_info["name"])
-        return web.json_response(self.store.update(obj))
+        return jsonio.response(self.store.update(obj))
 
     async def delete(self, request: web.Request) -> web.Response:
-        return web.json_response(self.store.delete("", request.match_info["name"]))
+        return jsonio.response(self.store.delete("", request.match_info["name"]))
 
 
 def admit(body: Any, name: str | None = None) -> dict[str, Any]:
@@ -164,6 +163,6 @@ def _invalid(name: str, field: str, problem: str) -> errors.Invalid:
 async def _json_body(request: web.Request) -> Any:
     text = await request.text()
     try:
-        return json.loads(text) if text else None
+        return jsonio.loads(text) if text else None
     except ValueError as e:
         raise errors.BadRequest(f"the request body is not JSON: {e}") from e

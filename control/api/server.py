@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from meshwire.control.api import discovery, errors, idallocations
+from meshwire.control.api import discovery, errors, idallocations, jsonio
 from meshwire.control.api.handlers import TopologyHandlers
 from meshwire.control.api.store import Store
 from meshwire.control.api.watch import Broadcaster
@@ -193,7 +193,7 @@ class ApiServer:
                 self.drop_watches()
             if body.get("compact"):
                 self.compact()
-        return web.json_response(
+        return jsonio.response(
             {
                 "delay_ms": self.delay * 1000,
                 "hang_watches": self.hung,
@@ -210,11 +210,11 @@ async def _status_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         return await handler(request)
     except errors.ApiError as e:
-        return web.json_response(e.status(), status=e.code)
+        return jsonio.response(e.status(), status=e.code)
     except web.HTTPNotFound:
         error: errors.ApiError = errors.NotFound(
             f"the server could not find the requested resource ({request.path})"
         )
     except web.HTTPMethodNotAllowed:
         error = errors.MethodNotAllowed(f"{request.method} is not supported on {request.path}")
-    return web.json_response(error.status(), status=error.code)
+    return jsonio.response(error.status(), status=error.code)

@@ -27,7 +27,6 @@ All calls come from one thread (the server's event loop); nothing here locks.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from meshwire.control.api import errors
+from meshwire.control.api import errors, jsonio
 
 ADDED = "ADDED"
 MODIFIED = "MODIFIED"
@@ -85,7 +84,7 @@ def _now() -> datetime:
 
 
 def _dumps(obj: dict[str, Any]) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    return jsonio.dumps(obj)
 
 
 def _key(obj: dict[str, Any]) -> Key:
@@ -141,7 +140,7 @@ class Store:
         row = self._db.execute(
             f"SELECT body FROM {self._objects} WHERE namespace = ? AND name = ?", (namespace, name)
         ).fetchone()
-        return None if row is None else dict(json.loads(row[0]))
+        return None if row is None else dict(jsonio.loads(row[0]))
 
     def list_page(
         self,
@@ -195,7 +194,7 @@ class Store:
         more = bool(limit) and len(rows) > limit
         if more:
             rows = rows[:limit]
-        items = [dict(json.loads(body)) for _, body in rows]
+        items = [dict(jsonio.loads(body)) for _, body in rows]
         return Page(items=items, rv=rv, last=rows[-1][0] if more else None)
 
     def events_after(self, rv: int) -> list[Event]:
@@ -204,7 +203,7 @@ class Store:
         if rv < floor:
             raise errors.Expired(f"too old resource version: {rv} ({floor})")
         return [
-            Event(type_, event_rv, json.loads(body))
+            Event(type_, event_rv, jsonio.loads(body))
             for event_rv, type_, body in self._db.execute(
                 f"SELECT rv, type, body FROM {self._events} WHERE rv > ? ORDER BY rv", (rv,)
             )

@@ -17,12 +17,11 @@ commit.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from meshwire.control.api import errors
+from meshwire.control.api import errors, jsonio
 from meshwire.control.api.store import ADDED, Event, Store
 from meshwire.control.model.topology import API_VERSION, KIND
 
@@ -31,7 +30,7 @@ ERROR = "ERROR"
 
 
 def encode(type_: str, obj: dict[str, Any]) -> bytes:
-    return json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode() + b"\n"
+    return jsonio.dumps_bytes({"type": type_, "object": obj}) + b"\n"
 
 
 def encode_bookmark(rv: int) -> bytes:

@@ -39,6 +39,7 @@ from meshwire.control.config import Config
 from meshwire.control.daemon import reserved_ports
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
+from meshwire.control.daemon.link_counters import read_counters
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.daemon.placements import PlacementKeeper
@@ -70,6 +71,9 @@ log = logging.getLogger(__name__)
 PLUMBING_ERROR_PERIOD = 0.2
 # Shutdown waits this long for status writes to reach the API.
 FLUSH_GRACE = 3.0
+# How `failure.describe` starts for a call the API server refused to authenticate
+# or authorize.
+DENIED = ("401 ", "403 ")
 
 
 class Daemon:
@@ -117,6 +121,8 @@ class Daemon:
         self._waits = StartWaits()
         # Why the informer's last list or watch failed ("" when none did).
         self._sync_error: Callable[[], str] = lambda: ""
+        # Why the last status write was refused (401/403), "" once one lands.
+        self._write_denied: Callable[[], str] = lambda: ""
 
     # -- readiness --------------------------------------------------------------
 
@@ -126,6 +132,13 @@ class Daemon:
         if not self.topologies.initialized:
             error = self._sync_error()
             return f"topologies not synced: {error}" if error else "topologies not synced"
+        # Refused credentials or permissions stay refused until someone fixes
+        # them: a synced daemon that can no longer watch, or write status, says so.
+        error = self._sync_error()
+        if error.startswith(DENIED):
+            return f"topologies: {error}"
+        if denied := self._write_denied():
+            return f"status writes: {denied}"
         if not self.slots.synced.is_set():
             error = self.slots.last_error
             return f"id slots not read: {error}" if error else "id slots not read"
@@ -157,6 +170,8 @@ class Daemon:
             ),
         )
         self._sync_error = lambda: informer.stats.last_error
+        status = self.status
+        self._write_denied = lambda: status.denied
         self.slots.view_healthy = lambda: not informer.stats.last_error
         self.metrics.attach(
             StateView(
@@ -190,7 +205,7 @@ class Daemon:
             self.config.metrics.listen,
             self.metrics.registry,
             self.not_ready,
-            lambda state: link_report(self.links.values(), self.reconciler.statuses, state),
+            self._link_report,
         )
         if self.config.reserve_ports:
             # In this thread: /proc/sys/net is the namespace of the thread that opens it.
@@ -242,6 +257,12 @@ class Daemon:
             await health.stop()
             await api.close()  # type: ignore[no-untyped-call]
 
+    async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
+        """`/links`: the rows are taken here, on the loop; counters read on a thread."""
+        rows = list(self.links.values())
+        read = await asyncio.to_thread(read_counters, rows) if counters else None
+        return link_report(rows, self.reconciler.statuses, state, read)
+
     async def _listen(self, health: HealthServer) -> None:
         """Open the metrics port, then the wire's (workers, Peer service), each waited for."""
         metrics = f"metrics.listen {self.config.metrics.listen}"
@@ -276,6 +297,7 @@ class Daemon:
             self.reconciler.verify_all()
             if self.wire is not None:
                 self.wire.manager.verify_all()
+            self.metrics.full_passes.inc()
 
     async def _prune(self) -> None:
         namespaces = {

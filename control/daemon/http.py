@@ -5,13 +5,15 @@
 the informer has synced and the initial reconciliation is done, and 503 with
 the missing condition before that. `/metrics` is Prometheus text. `/links`
 is the node's link ends with their state as JSON (link_report.py);
-`/links?state=error` only the failing ones, an unknown state is a 400.
+`/links?state=error` only the failing ones, an unknown state is a 400;
+`/links?counters=1` adds each end's kernel counters (link_counters.py), read
+fresh: one link dump per pod netns, so a poller pays for what it asks.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,16 +28,17 @@ class HealthServer:
         listen: str,
         registry: CollectorRegistry,
         not_ready: Callable[[], str],
-        links: Callable[[str], list[dict[str, Any]]] = lambda state: [],
+        links: Callable[[str, bool], Awaitable[list[dict[str, Any]]]] | None = None,
     ) -> None:
         """`not_ready()` returns "" when ready, else what is still missing;
-        `links(state)` the `/links` entries, raising ValueError for a bad state."""
+        `links(state, counters)` the `/links` entries, with kernel counters when
+        `counters`, raising ValueError for a bad state."""
         host, self.port = hostport.split(listen)
         # aiohttp binds every address of both families for None (":51100").
         self.host: str | None = host or None
         self._registry = registry
         self._not_ready = not_ready
-        self._links = links
+        self._links = links or _no_links
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -73,9 +76,14 @@ class HealthServer:
 
     async def _links_json(self, request: web.Request) -> web.Response:
         try:
-            entries = self._links(request.query.get("state", ""))
+            counters = request.query.get("counters", "") not in ("", "0", "false")
+            entries = await self._links(request.query.get("state", ""), counters)
         except ValueError as exc:
             return web.Response(status=400, text=f"{exc}\n")
         return web.Response(
             text=json.dumps(entries, indent=1) + "\n", content_type="application/json"
         )
+
+
+async def _no_links(state: str, counters: bool) -> list[dict[str, Any]]:
+    return []

@@ -94,6 +94,12 @@ class Metrics:
         self.pruned = PromCounter(
             "meshwire_pruned_interfaces", "Marked interfaces no row wanted.", registry=self.registry
         )
+        self.full_passes = PromCounter(
+            "meshwire_full_passes",
+            "Full passes begun: every link queued for a check against the kernel "
+            "(reconcile.full_interval).",
+            registry=self.registry,
+        )
 
     def attach(self, view: StateView) -> None:
         self.registry.register(StateCollector(view))

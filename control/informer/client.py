@@ -11,6 +11,9 @@ import os
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.client import ApiClient, Configuration
 
+# Where a pod's service-account token is mounted (the client's own constant).
+TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
 
 class ApiConfigError(ValueError):
     """The `api.*` keys lead to no usable API server; the message names the key."""
@@ -26,6 +29,10 @@ async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
     config keys document; with both empty the pod's service account is used.
     A missing or unreadable kubeconfig, or no service account outside a pod,
     raises `ApiConfigError`. The caller closes the client (`await client.close()`).
+
+    In-cluster, the service-account token file is read again whenever it
+    changed (kubelet rotates bound tokens before they expire), checked by a
+    stat before each request: a rotated token is used from the next request on.
     """
     if url:
         return ApiClient(Configuration(host=url.rstrip("/")))
@@ -43,12 +50,41 @@ async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
             kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
             )
+            # Typed None by the client, which calls it with the configuration.
+            configuration.refresh_api_key_hook = TokenFile(TOKEN_FILE)  # type: ignore[assignment]
         except kube_config.ConfigException as err:
             raise ApiConfigError(
                 f"api.url and api.kubeconfig are both empty, and the in-cluster "
                 f"service account is unusable: {err}"
             ) from err
     return ApiClient(configuration)
+
+
+class TokenFile:
+    """A `refresh_api_key_hook` that puts the token file's content in the configuration
+    whenever the file changed (its inode, size or mtime: kubelet swaps a symlink).
+
+    An unreadable or empty file keeps the token last read: the request then
+    fails on its own, and the next one tries again.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._seen: tuple[int, int, int, int] | None = None
+
+    def __call__(self, configuration: Configuration) -> None:
+        try:
+            info = os.stat(self.path)
+            seen = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            if seen == self._seen:
+                return
+            with open(self.path) as file:
+                token = file.read().strip()
+        except OSError:
+            return
+        if token:
+            configuration.api_key["BearerToken"] = "bearer " + token
+            self._seen = seen
 
 
 def _require_file(path: str) -> None:

@@ -56,6 +56,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-daemon", action="store_true", help="nodes, pods and API only: no daemons, no CNI"
     )
+    p.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="the daemons watch the API server this kubeconfig names instead of an embedded "
+        "API (it needs a Topology CRD: deploy/crd.yaml)",
+    )
     p = command("status", "pods, nodes and links with their state and counters")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     command("check", "prove every link carries traffic")
@@ -85,6 +91,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("end", metavar="POD:INTF")
     capture.add_options(p)
     command("down", "remove everything the lab made")
+    # Listed for --help; `meshwire lab graph` is dispatched to control/graph/command.py.
+    command("graph", "a picture of the lab (.svg .dot .mmd .json), or a live page (--serve)")
     return top
 
 
@@ -102,7 +110,14 @@ def main(argv: list[str], runtime: Runtime | None = None) -> int:
 def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime | None) -> int:
     if args.command == "up":
         options = UpOptions(
-            args.file, args.nodes, args.placement, args.config, args.name, args.dir, args.wait
+            args.file,
+            args.nodes,
+            args.placement,
+            args.config,
+            args.name,
+            args.dir,
+            args.wait,
+            args.kubeconfig,
         )
         chosen = runtime or MeshwireRuntime(with_daemons=not args.no_daemon)
         state = up(options, chosen, for_stream(sys.stdout))

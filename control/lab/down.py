@@ -8,32 +8,62 @@ react to their pods vanishing), then namespaces (interfaces inside them go
 with them; the lab puts none in the host's namespace), then the directory.
 Without a state file there are no PIDs to stop: only prefixed namespaces and
 an empty lab directory are removed.
+
+A lab on an existing API server (`up --kubeconfig`) has its Topology objects
+deleted there once its processes are stopped (no daemon is left to act on
+the deletions, or to be refused once its RBAC objects go), then the objects
+`up` created (kube.py), through the user's kubeconfig. When that fails (the
+server unreachable, the kubeconfig gone), the rest is still removed, but the
+lab directory is kept and LabError says what is left: run `down` again once
+the server answers.
 """
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from meshwire.control.lab import netns, processes
+from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.names import LabNames
-from meshwire.control.lab.state import LabDir
+from meshwire.control.lab.state import LabDir, LabState
+
+
+def _delete_from_server(state: LabState) -> list[str]:
+    kube = KubeLab(Path(state.kubeconfig))
+    try:
+        return kube.delete(state.topology_keys(), state.kube_created)
+    finally:
+        kube.close()
 
 
 def down(lab: LabDir, names: LabNames) -> list[str]:
     """Tear the lab down; returns one line per object removed (empty: nothing was there)."""
     removed: list[str] = []
     state = lab.load() if lab.exists() else None
+    left = ""
     if state is not None:
         for record in reversed(state.processes):
             running = processes.is_running(record)
             processes.stop(record)  # also sweeps a group whose leader is gone
             if running:
                 removed.append(f"process {record.role} (pid {record.pid})")
+    if state is not None and state.kube_server:
+        try:
+            removed.extend(_delete_from_server(state))
+        except LabError as exc:
+            left = str(exc)
     recorded = list(reversed(state.netns)) if state else []
     for name in dict.fromkeys([*recorded, *netns.names_with_prefix(names.prefix)]):
         if name.startswith(names.prefix) and netns.exists(name):
             netns.delete(name)
             removed.append(f"netns {name}")
+    if left:
+        raise LabError(
+            f"lab {names.lab}: {left}; its objects on {state.kube_server if state else ''} are "
+            f"left, and so is {lab.path}: run `meshwire lab down` again"
+        )
     if state is not None:
         shutil.rmtree(lab.path, ignore_errors=True)
         removed.append(f"directory {lab.path}")

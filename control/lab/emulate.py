@@ -53,6 +53,11 @@ def _path(namespace: str, name: str) -> str:
 def _request(
     state: LabState, names: LabNames, method: str, path: str, body: Any = None
 ) -> tuple[int, Any]:
+    if state.kube_server:
+        raise LabError(
+            f"lab {state.name} runs on a Kubernetes API server: edit its Topology there "
+            f"(kubectl edit, or the {ANNOTATION} annotation where the CRD prunes the fields)"
+        )
     data = b"" if body is None else json.dumps(body).encode()
     answer = http_request(
         method, HUB_IP, state.api_port, path, data, netns=names.hub_netns, timeout=10.0

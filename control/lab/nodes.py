@@ -16,6 +16,7 @@ node or interface.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 
 from pyroute2 import IPRoute
@@ -79,6 +80,26 @@ def create_node(names: LabNames, node: str, ip: str) -> None:
 
     _in(names.hub_netns, plug_hub, f"node {node}: hub port {hub_port}")
     _in(node_ns, address_node, f"node {node}: underlay {node_port}")
+
+
+def add_local_address(names: LabNames, node: str, ip: str) -> None:
+    """Make `ip` an address of the node namespace's `lo` (a /32 or /128), so a process
+    there can listen on it; a loopback address is one already."""
+    if ipaddress.ip_address(ip).is_loopback:
+        return
+
+    def add() -> None:
+        with IPRoute() as ipr:
+            index = ipr.link_lookup(ifname="lo")[0]
+            try:
+                ipr.addr(
+                    "add", index=index, address=ip, prefixlen=ipaddress.ip_address(ip).max_prefixlen
+                )
+            except NetlinkError as exc:
+                if exc.code != EEXIST:
+                    raise
+
+    _in(names.node_netns(node), add, f"node {node}: address {ip} on lo")
 
 
 def set_plugged(names: LabNames, node: str, plugged: bool) -> None:

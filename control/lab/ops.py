@@ -9,6 +9,7 @@ Without daemons (`up --no-daemon`) the pod operations only redo the namespaces.
 
 from __future__ import annotations
 
+import signal
 import time
 
 from meshwire.control.lab import nodes, pods, processes
@@ -88,6 +89,12 @@ def kill_api(lab: LabDir, state: LabState, runtime: Runtime) -> str:
     """SIGKILL the embedded API and start it again from its database, as a control plane
     restart would: every watch breaks, and each daemon lists and watches again by itself.
     Links are not touched; returns once the API listens again."""
+    if state.kube_server:
+        raise LabError(
+            f"lab {state.name}: kill-api restarts the embedded API, and this lab's daemons "
+            f"watch the API server {state.kube_server} (lab up --kubeconfig): it does not "
+            "apply here"
+        )
     record = state.process("api")
     if record is None:
         raise LabError(f"lab {state.name}: no embedded API recorded")
@@ -107,9 +114,16 @@ def partition_node(state: LabState, node: str, seconds: float) -> str:
     if not 0 < seconds <= MAX_PARTITION:
         raise LabError(f"partition of {seconds:g}s: give 0 < seconds <= {MAX_PARTITION:g}")
     names = LabNames(state.name)
+    # On an API server outside the lab the node reaches it through its relay, not the
+    # underlay: the relay stops too, so the daemon loses the API as a cut-off node does.
+    relay = state.process(f"api-relay/{node}") if state.kube_server else None
     nodes.set_plugged(names, node, False)
     try:
+        if relay is not None:
+            processes.signal_group(relay, signal.SIGSTOP)
         time.sleep(seconds)
     finally:
+        if relay is not None:
+            processes.signal_group(relay, signal.SIGCONT)
         nodes.set_plugged(names, node, True)
     return f"node {node}: off the underlay for {seconds:g}s, plugged back"

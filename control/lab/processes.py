@@ -73,6 +73,12 @@ def stop(record: ProcessRecord, sig: signal.Signals = signal.SIGTERM) -> None:
         time.sleep(POLL)
 
 
+def signal_group(record: ProcessRecord, sig: signal.Signals) -> None:
+    """Send `sig` to the record's process group, if the record's process still runs."""
+    if is_running(record):
+        _signal_group(record.pid, sig)
+
+
 def kill_leader(record: ProcessRecord) -> None:
     """SIGKILL the leading process only (not its group), as a crash would; waits until gone."""
     if not is_running(record):

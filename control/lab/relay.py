@@ -72,6 +72,13 @@ def argv_for(listen: str, to: str, to_netns: str) -> list[str]:
     return [sys.executable, "-m", MODULE, "--listen", listen, "--to", to, "--to-netns", to_netns]
 
 
+def argv_into(listen: str, listen_netns: str, to: str) -> list[str]:
+    """The argv of a relay listening on `listen` inside `listen_netns` and connecting to
+    `to` from here."""
+    return [sys.executable, "-m", MODULE, "--listen", listen, "--listen-netns", listen_netns,
+            "--to", to]  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=MODULE)
     parser.add_argument("--listen", required=True, help="HOST:PORT to listen on")

@@ -31,7 +31,10 @@ class Runtime(Protocol):
 
     def api_argv(self, db: Path, listen: str) -> list[str]: ...
 
-    def apply_argv(self, path: Path, server: str) -> list[str]: ...
+    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
+        """`meshwire apply` of `path` to the embedded API at `server`, or with `kubeconfig`
+        to the server that names."""
+        ...
 
     def daemon_argv(self, config: Path) -> list[str]: ...
 
@@ -52,7 +55,9 @@ class MeshwireRuntime:
     def api_argv(self, db: Path, listen: str) -> list[str]:
         return meshwire_argv("api", "serve", "--db", str(db), "--listen", listen)
 
-    def apply_argv(self, path: Path, server: str) -> list[str]:
+    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
+        if kubeconfig is not None:
+            return meshwire_argv("apply", "-f", str(path), "--kubeconfig", str(kubeconfig))
         return meshwire_argv("apply", "-f", str(path), "--server", server)
 
     def daemon_argv(self, config: Path) -> list[str]:

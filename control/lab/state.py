@@ -79,6 +79,11 @@ class LabState:
     host_port: int = 0  # the host relay on 127.0.0.1; 0: none (no usable host loopback)
     with_daemons: bool = True
     inter_node_link_type: str = "vxlan"
+    # `up --kubeconfig`: the user's kubeconfig (absolute), the server it names, and what
+    # `up` created there ("kind/name" or "kind/ns/name", see kube.py), recorded first.
+    kubeconfig: str = ""
+    kube_server: str = ""
+    kube_created: list[str] = field(default_factory=list)
     netns: list[str] = field(default_factory=list)
     processes: list[ProcessRecord] = field(default_factory=list)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
@@ -88,12 +93,21 @@ class LabState:
     @property
     def api_url(self) -> str:
         """The API as the daemons (and anything inside the hub or a node) reach it."""
-        return f"http://{HUB_IP}:{self.api_port}"
+        return self.kube_server or f"http://{HUB_IP}:{self.api_port}"
 
     @property
     def host_url(self) -> str:
         """The API as a command on the host reaches it, "" when there is no host relay."""
+        if self.kube_server:
+            return self.kube_server
         return f"http://127.0.0.1:{self.host_port}" if self.host_port else ""
+
+    def topology_keys(self) -> list[str]:
+        """`ns/name` of each Topology of the lab file, in its order."""
+        return [
+            f"{(t.get('metadata') or {}).get('namespace', 'default')}/{t['metadata']['name']}"
+            for t in self.topologies
+        ]
 
     def process(self, role: str) -> ProcessRecord | None:
         """The newest process started for `role`, if any."""

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from meshwire.control.lab import processes
 from meshwire.control.lab.check import end_netns, pod_ends
+from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.kernel import Ends
+from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.links import LabEnd, lab_links, topologies_of
 from meshwire.control.lab.names import HUB_IP, LabNames, netns_path
 from meshwire.control.lab.probe import http_get
@@ -34,7 +37,10 @@ TOPOLOGIES_PATH = f"/apis/{API_VERSION}/{PLURAL}"
 
 
 def api_items(state: LabState, names: LabNames) -> list[dict[str, Any]] | None:
-    """The Topology objects in the API; None when the API does not answer."""
+    """The Topology objects in the embedded API; None when it does not answer, or for a
+    lab on a Kubernetes API server (`lab up --kubeconfig`)."""
+    if state.kube_server:
+        return None
     answer = http_get(HUB_IP, state.api_port, TOPOLOGIES_PATH, netns=names.hub_netns)
     if answer is None or answer[0] != 200:
         return None
@@ -47,6 +53,8 @@ def api_items(state: LabState, names: LabNames) -> list[dict[str, Any]] | None:
 
 def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] | None:
     """`ns/name` -> the Topology's status from the API; None when the API does not answer."""
+    if state.kube_server:
+        return _kube_statuses(state)
     items = api_items(state, names)
     return None if items is None else _statuses(items)
 
@@ -59,10 +67,25 @@ def _statuses(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _kube_statuses(state: LabState) -> dict[str, dict[str, Any]] | None:
+    """The statuses from the API server of `lab up --kubeconfig`, as its kubeconfig reaches it."""
+    try:
+        kube = KubeLab(Path(state.kubeconfig))
+    except LabError:
+        return None
+    try:
+        return kube.statuses(state.topology_keys())
+    finally:
+        kube.close()
+
+
 def gather(state: LabState, names: LabNames) -> dict[str, Any]:
     """The whole status as plain data (what `--json` prints)."""
     items = api_items(state, names)
-    statuses = None if items is None else _statuses(items)
+    if state.kube_server:
+        statuses = api_statuses(state, names)
+    else:
+        statuses = None if items is None else _statuses(items)
     nodes = []
     for node in state.nodes.values():
         daemon = state.process(f"daemon/{node.name}")

@@ -1,8 +1,10 @@
 """`meshwire lab up`: build a whole lab, recording each object before it is made.
 
-Order: read and check every input (lab file, placement, base config) before
-creating anything; then the lab directory and state file, the hub, the API
-and its relay, the topology applied, the nodes, their daemons (each waited
+Order: read and check every input (lab file, placement, base config, and with
+`--kubeconfig` the API server and its Topology CRD) before creating anything;
+then the lab directory and state file, the hub, the API and its relay (with
+`--kubeconfig`: the namespaces and RBAC objects on the user's server instead,
+see kube.py), the topology applied, the nodes, their daemons (each waited
 until /readyz answers 200), the pods (all namespaces, then CNI ADD on their
 nodes, several at once as a runtime starting many pods does), and finally a
 bounded wait until every end of every wired link exists in its pod and is up
@@ -23,6 +25,7 @@ from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.cni import MARGIN
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.kernel import Ends
+from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.links import LabLink, lab_links
 from meshwire.control.lab.names import (
     API_PORT,
@@ -39,6 +42,7 @@ from meshwire.control.lab.progress import Progress
 from meshwire.control.lab.runtime import Runtime
 from meshwire.control.lab.state import LabDir, LabState, NodeRecord, ProcessRecord
 from meshwire.control.lab.status import api_statuses
+from meshwire.control.model.topology import Topology
 from meshwire.dataplane import hostport
 
 API_START_TIMEOUT = 30.0
@@ -57,6 +61,8 @@ class UpOptions:
     directory: str | None = None
     # How long (s) to wait for the daemons to realise every link end; 0 skips the wait.
     wait: float = LINKS_TIMEOUT
+    # An existing API server's kubeconfig: the daemons watch it instead of an embedded API.
+    kubeconfig: Path | None = None
 
 
 def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
@@ -69,7 +75,28 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
     wanted = load_placement(options.placement) if options.placement else {}
     placement = place([t.key for t in topologies], node_names, wanted)
     base = daemons.read_base(options.config)
+    kube = KubeLab(options.kubeconfig) if options.kubeconfig else None
+    try:
+        if kube is not None:
+            kube.check_crd()
+        return _up(options, runtime, progress, names, topologies, node_names, placement, base,
+                   kube)  # fmt: skip
+    finally:
+        if kube is not None:
+            kube.close()
 
+
+def _up(
+    options: UpOptions,
+    runtime: Runtime,
+    progress: Progress,
+    names: LabNames,
+    topologies: list[Topology],
+    node_names: list[str],
+    placement: dict[str, str],
+    base: dict[str, object],
+    kube: KubeLab | None,
+) -> LabState:
     lab = LabDir.locate(options.name, options.directory)
     lab.create()
     state = LabState(
@@ -79,6 +106,8 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
         topologies=[t.to_dict() for t in topologies],
         with_daemons=runtime.with_daemons,
         inter_node_link_type=str(base.get("inter_node_link_type", "vxlan")),
+        kubeconfig=str(options.kubeconfig.resolve()) if options.kubeconfig else "",
+        kube_server=kube.server if kube is not None else "",
     )
     lab.save(state)
     copy = lab.input_copy(options.file)
@@ -92,15 +121,26 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
     lab.save(state)
     nodes.create_hub(names)
 
-    progress.step("embedded API")
-    start_api(lab, state, names, runtime)
-    progress.step("apply topology")
-    _start_host_relay(lab, state, names, progress)
-    _apply(runtime, names.hub_netns, copy, state.api_url)
+    if kube is None:
+        progress.step("embedded API")
+        start_api(lab, state, names, runtime)
+        progress.step("apply topology")
+        _start_host_relay(lab, state, names, progress)
+        _apply(runtime, names.hub_netns, copy, state.api_url)
+    else:
+        progress.step(f"API server {kube.server}: namespaces, ServiceAccount, RBAC")
+
+        def record(entry: str) -> None:
+            state.kube_created.append(entry)
+            lab.save(state)
+
+        kube.prepare(sorted({t.namespace for t in topologies}), record)
+        progress.step("apply topology")
+        _apply(runtime, None, copy, "", kubeconfig=kube.kubeconfig)
 
     for i, node in enumerate(node_names, start=1):
         progress.step(f"node {node} {node_ip(i)}")
-        _create_node(lab, state, names, base, node, i)
+        _create_node(lab, state, names, base, node, i, kube)
 
     if runtime.with_daemons:
         for node in node_names:
@@ -196,9 +236,17 @@ def _start_host_relay(lab: LabDir, state: LabState, names: LabNames, progress: P
     lab.save(state)
 
 
-def _apply(runtime: Runtime, hub: str, path: Path, server: str) -> None:
-    """Apply from inside the hub, where the API is, so it needs nothing of the host."""
-    argv = argv_for(hub, runtime.apply_argv(path, server))
+def _apply(
+    runtime: Runtime, hub: str | None, path: Path, server: str, kubeconfig: Path | None = None
+) -> None:
+    """Apply from inside the hub, where the embedded API is, so it needs nothing of the
+    host; with `kubeconfig`, from the host to the server it names."""
+    if kubeconfig is not None:
+        argv = runtime.apply_argv(path, "", kubeconfig)
+        server = str(kubeconfig)
+    else:
+        assert hub is not None
+        argv = argv_for(hub, runtime.apply_argv(path, server))
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=APPLY_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -208,7 +256,13 @@ def _apply(runtime: Runtime, hub: str, path: Path, server: str) -> None:
 
 
 def _create_node(
-    lab: LabDir, state: LabState, names: LabNames, base: dict[str, object], node: str, i: int
+    lab: LabDir,
+    state: LabState,
+    names: LabNames,
+    base: dict[str, object],
+    node: str,
+    i: int,
+    kube: KubeLab | None = None,
 ) -> None:
     ns, ip = names.node_netns(node), node_ip(i)
     state.netns.append(ns)
@@ -216,6 +270,11 @@ def _create_node(
     nodes.create_node(names, node, ip)
     node_dir = lab.node_dir(node)
     config = daemons.node_config(dict(base), node, ip, state.api_url, node_dir)
+    if kube is not None:
+        kubeconfig = node_dir / "kubeconfig"
+        kube.node_kubeconfig(kubeconfig, node, i)
+        config["api"] = {**config["api"], "url": "", "kubeconfig": str(kubeconfig)}
+        _start_api_relay(lab, state, names, node, kube)
     config_path = node_dir / "config.yaml"
     loaded = daemons.write_config(config, config_path)
     state.nodes[node] = NodeRecord(
@@ -228,6 +287,20 @@ def _create_node(
         loaded.cni.add_timeout + MARGIN,
     )
     lab.save(state)
+
+
+def _start_api_relay(
+    lab: LabDir, state: LabState, names: LabNames, node: str, kube: KubeLab
+) -> None:
+    """The server's address inside the node's namespace, relayed to the host's (kube.py)."""
+    ns, address = names.node_netns(node), kube.address
+    nodes.add_local_address(names, node, address)
+    listen = hostport.join(address, kube.port)
+    relayed = _spawn(lab, state, f"api-relay/{node}", relay.argv_into(listen, ns, listen))
+    if not wait_until(
+        lambda: tcp_open(address, kube.port, netns=ns), API_START_TIMEOUT, lambda: _died(relayed)
+    ):
+        raise LabError(f"node {node}: relay to {kube.server} not listening on {listen}")
 
 
 def start_daemon(lab: LabDir, state: LabState, runtime: Runtime, node: str) -> None:

@@ -93,6 +93,9 @@ class Link:
 
 @dataclass(frozen=True, slots=True)
 class Skipped:
+    """An entry of `status.skipped`: KNE's meshnet writes {pod_name, link_id}; upstream
+    meshnet's CRD lists pod names alone, read as link_id 0."""
+
     pod_name: str
     link_id: int
 
@@ -264,6 +267,9 @@ def _status(raw: dict[str, Any], where: str) -> TopologyStatus:
     skipped = []
     for i, item in enumerate(skipped_raw):
         item_where = f"{where}: status.skipped[{i}]"
+        if isinstance(item, str):
+            skipped.append(Skipped(pod_name=item, link_id=0))
+            continue
         item = _mapping(item, item_where, "entry")
         skipped.append(
             Skipped(

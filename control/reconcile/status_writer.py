@@ -10,7 +10,12 @@ in the API (merge-patch semantics).
 
 A failed write is retried with the key's backoff (`retries.py`), its fields
 merged under any set meanwhile; it is never dropped. A write answered 404
-(the Topology was deleted) is dropped with a log line.
+(the Topology was deleted) is dropped with a log line. A write answered 422
+(the cluster's Topology CRD rejects the values: a schema stricter than
+meshnet's) is dropped with one warning carrying the server's message, never
+retried: the same values would be rejected forever. The table keeps the
+placement it was told (the listener hears nothing), so the node's links stay
+where its pods run and nothing writes the rejected values again.
 
 A write may be conditional (`if_container`): it lands only while the
 status still names that container, "" for none (checked against a fresh
@@ -75,6 +80,10 @@ class StatusNotFound(Exception):
     """The Topology whose status was written does not exist (HTTP 404)."""
 
 
+class StatusInvalid(Exception):
+    """The API server rejects the write's values (HTTP 422); the message is the server's."""
+
+
 @dataclass(frozen=True, slots=True)
 class StatusRead:
     """A Topology's placement fields (`PLACEMENT_FIELDS`, an absent one as "") as a
@@ -102,7 +111,8 @@ class StatusApi(Protocol):
         resourceVersion after the write ("" if the server did not say).
 
         Raises StatusNotFound if the object does not exist, StatusSuperseded if
-        the condition does not hold; any other exception is a failed write that
+        the condition does not hold, StatusInvalid if the server rejects the
+        values (422); any other exception is a failed write that
         the caller retries.
         """
         ...
@@ -174,6 +184,8 @@ class KubeStatusApi:
         except ApiException as err:
             if err.status == 404:
                 raise StatusNotFound(f"topology {namespace}/{name}: not found") from err
+            if err.status == 422:
+                raise StatusInvalid(describe(err)) from err
             raise
         metadata = written.get("metadata") if isinstance(written, dict) else None
         return str((metadata or {}).get("resourceVersion") or "")
@@ -221,6 +233,10 @@ class StatusWriter:
         self._idle.set()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        # Why the last failed write was refused for want of a permission or of
+        # valid credentials (401/403, described), "" once any write lands: a
+        # configuration fault that retries cannot fix, so readiness reports it.
+        self.denied = ""
 
     def start(self) -> None:
         """Start the workers on the running loop; a second call is a no-op."""
@@ -340,6 +356,16 @@ class StatusWriter:
             self._queue.forget(key)
             if self._listener is not None:
                 self._listener.status_dropped(key, fields)
+        except StatusInvalid as why:
+            log.warning(
+                "status of topology %s: the API server rejects %s as invalid, dropped and not "
+                "retried (the cluster's Topology CRD is stricter than meshnet's; "
+                "deploy/crd.yaml accepts every status meshwire writes): %s",
+                key,
+                sorted(fields),
+                why,
+            )
+            self._queue.forget(key)
         except StatusSuperseded as why:
             log.info("status of topology %s: write %s dropped: %s", key, sorted(fields), why)
             self._queue.forget(key)
@@ -350,6 +376,8 @@ class StatusWriter:
             raise
         except Exception as err:
             self._restore(key, fields, condition)
+            if isinstance(err, ApiException) and err.status in (401, 403):
+                self.denied = describe(err)
             log.warning(
                 "status of topology %s: write %s failed (retry %d): %s",
                 key,
@@ -360,6 +388,7 @@ class StatusWriter:
             self._queue.add_rate_limited(key)
             return
         else:
+            self.denied = ""
             self._queue.forget(key)
             if self._listener is not None:
                 self._listener.status_landed(key, fields, resource_version)

@@ -1,0 +1,68 @@
+"""Kernel counters of this node's link ends, for `/links?counters=1`.
+
+Read fresh on each call, one link dump per pod netns (on a thread each:
+`call_in_netns`), never cached. An end whose netns or interface does not
+exist reads as `{"exists": False}`: a normal answer while a link is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pyroute2 import IPRoute
+
+from meshwire.control.tables.links import LinkRow
+from meshwire.dataplane.netns_thread import call_in_netns
+
+IFF_UP = 0x1
+STATS = (
+    "rx_packets",
+    "tx_packets",
+    "rx_bytes",
+    "tx_bytes",
+    "rx_errors",
+    "tx_errors",
+    "rx_dropped",
+    "tx_dropped",
+)
+Counters = dict[str, Any]
+
+
+def _counters(msg: Any) -> Counters:
+    stats = msg.get_attr("IFLA_STATS64") or {}
+    admin_up = bool(msg["flags"] & IFF_UP)
+    out: Counters = {
+        "exists": True,
+        "admin_up": admin_up,
+        # The carrier itself, not the operstate the kernel derives from it a moment later.
+        "up": admin_up and msg.get_attr("IFLA_CARRIER") == 1,
+    }
+    out.update({name: int(stats.get(name, 0)) for name in STATS})
+    return out
+
+
+def _netns_counters(netns: str) -> dict[str, Counters]:
+    def read() -> dict[str, Counters]:
+        with IPRoute() as ipr:
+            return {msg.get_attr("IFLA_IFNAME"): _counters(msg) for msg in ipr.link("dump")}
+
+    try:
+        return call_in_netns(netns, read)
+    except OSError:
+        return {}
+
+
+def read_counters(rows: Iterable[LinkRow]) -> dict[tuple[str, str], Counters]:
+    """(netns, intf) -> counters of every end `rows` realise on this node."""
+    wanted: dict[str, set[str]] = {}
+    for row in rows:
+        for end in row.ends():
+            if end.netns:
+                wanted.setdefault(end.netns, set()).add(end.intf)
+    out: dict[tuple[str, str], Counters] = {}
+    for netns, intfs in wanted.items():
+        found = _netns_counters(netns)
+        for intf in intfs:
+            out[(netns, intf)] = found.get(intf, {"exists": False})
+    return out

@@ -1,0 +1,80 @@
+"""A CNI ADD waiting for its pod's links reads the daemon's tables, never the API, per poll.
+
+In meshnet the ADD polled the API (a Get of the peer's Topology every 100 ms per
+link), a request storm when many pods start at once (KNE #743). meshwire's ADD
+writes the pod's placement once and then polls its own tables. Here an ADD
+waits while its link's first build is held in the driver: dozens of polls go by
+and the embedded API receives no request at all meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import reconciler_helpers
+from aiohttp import web
+from api_helpers import call, create, sync_api, topology
+from reconciler_helpers import Pause
+from scenario_helpers import api_serving, both_up, daemon_node
+
+from meshwire.control.api.server import ApiServer
+
+pytestmark = pytest.mark.root
+
+HOLD_LIMIT = 60.0
+# Polls of the waiting ADD before the window opens (its status write is long done
+# by then: writes go out within 1/status_rate s), and polls the window spans.
+SETTLE_POLLS = 10
+WINDOW_POLLS = 30
+
+
+async def test_an_add_waiting_for_its_links_makes_no_api_request_while_it_polls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reconciler_helpers, "PAUSE_LIMIT", HOLD_LIMIT)
+    requests: list[str] = []
+    passed_on = ApiServer._delay_middleware
+
+    @web.middleware
+    async def counted(self: ApiServer, request: web.Request, handler: Any) -> web.StreamResponse:
+        requests.append(f"{request.method} {request.path_qs}")
+        return await passed_on(self, request, handler)
+
+    monkeypatch.setattr(ApiServer, "_delay_middleware", counted)
+    async with daemon_node(tmp_path) as node, api_serving(node) as url:
+        api = sync_api(url)
+        await call(create, api, topology("r1", "r2"))
+        await call(create, api, topology("r2", "r1"))
+        r1, r2 = node.pod_netns("r1"), node.pod_netns("r2")
+        assert (await node.cni("ADD", "r2", "c2", r2)).exit == 0  # r1 not running: no wait
+
+        polls = 0
+        pending = node.daemon.desired.pending
+
+        def counted_pending() -> bool:  # asked once by every poll of a waiting ADD
+            nonlocal polls
+            polls += 1
+            return pending()
+
+        node.daemon.desired.pending = counted_pending  # type: ignore[method-assign]
+        pause = Pause()
+        driver = node.daemon.reconciler.driver
+        driver.update = pause.around(driver.update)  # type: ignore[method-assign]
+        try:
+            add = asyncio.create_task(node.cni("ADD", "r1", "c1", r1))
+            await pause.wait_reached()  # link 1's build is held: r1's ADD waits for it
+            await node.wait(lambda: polls >= SETTLE_POLLS, f"{SETTLE_POLLS} polls of the ADD")
+            before = list(requests)
+            await node.wait(lambda: polls >= SETTLE_POLLS + WINDOW_POLLS, "more polls")
+            during = requests[len(before) :]
+            assert not add.done()
+
+            pause.go.set()
+            assert (await add).exit == 0
+            await node.wait(lambda: both_up(r1, r2), "link 1 up")
+            assert during == [], f"API requests while the ADD polled: {during}"
+        finally:
+            pause.go.set()
