@@ -25,7 +25,7 @@ from meshwire.control.lab.progress import for_stream
 from meshwire.control.lab.render import summary
 from meshwire.control.lab.runtime import MeshwireRuntime, Runtime
 from meshwire.control.lab.state import LabDir
-from meshwire.control.lab.status import api_statuses, gather, render
+from meshwire.control.lab.status import api_items, api_statuses, gather, in_file_order, render
 from meshwire.control.lab.up import LINKS_TIMEOUT, UpOptions, up
 
 
@@ -140,7 +140,9 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
         return 0
     if args.command == "check":
         placement = {key: pod.node for key, pod in state.pods.items()}
-        links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+        # The API's objects, in the file's order: edits since `up` (a pulled cable).
+        objects = in_file_order(state.topologies, api_items(state, names))
+        links = lab_links(topologies_of(objects), placement, state.inter_node_link_type)
         statuses = api_statuses(state, names) or {}
         errors = {
             pod: s["plumbing_error"] for pod, s in statuses.items() if s.get("plumbing_error")

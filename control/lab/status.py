@@ -59,6 +59,20 @@ def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] 
     return None if items is None else _statuses(items)
 
 
+def in_file_order(
+    from_file: list[dict[str, Any]], items: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The lab file's objects, each replaced by the API's object of the same key where the
+    API has one (so edits since `up` show), in the file's order."""
+
+    def key(obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+    current = {key(item): item for item in items or []}
+    return [current.get(key(obj), obj) for obj in from_file]
+
+
 def _statuses(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for item in items:
@@ -115,7 +129,7 @@ def gather(state: LabState, names: LabNames) -> dict[str, Any]:
     placement = {key: pod.node for key, pod in state.pods.items()}
     links = []
     # The API's objects carry what was edited since `up` (impairments, cable state).
-    objects = topologies_of(items if items else state.topologies)
+    objects = topologies_of(in_file_order(state.topologies, items))
     all_links = lab_links(objects, placement, state.inter_node_link_type)
     kernel = Ends(end_netns(names, end) for link in all_links for end in pod_ends(link))
     for link in all_links:
