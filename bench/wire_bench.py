@@ -17,6 +17,10 @@ namespaces), so what is measured is the product as a user runs it:
       preface (dataplane/preface.py; then the stream is in the clear), and
       (e) is the unauthenticated wire they are compared with (issue 22:
       (c) >= 0.9 x (e) in TCP and in frames/s).
+  (f) emulation at full speed: two pods on one node whose link carries only
+      `impairments: {rate_mbps: 100000}` on both ends, so the workers carry it
+      (a wire from the node to itself, each frame through the C emulator's
+      queue and token bucket): the cost of the emulation path beside (a) veth.
 
 With 2 workers the lab has two pod pairs whose wires sit on different workers
 (uids 1 and 2: a wire's worker is its uid modulo the worker count), measured
@@ -101,9 +105,11 @@ class Result:
     worker_us_per_frame: float | None  # None: no workers (the kernel's links)
 
 
-def topology(pairs: list[tuple[str, str, int]]) -> str:
-    """A meshnet Topology list: one link `uid` between each (a, b), 10.77.uid.0/24."""
+def topology(pairs: list[tuple[str, str, int]], impairments: dict[str, float] | None = None) -> str:
+    """A meshnet Topology list: one link `uid` between each (a, b), 10.77.uid.0/24, each
+    end with `impairments` when given."""
     items = []
+    emulation = {"impairments": impairments} if impairments else {}
     for a, b, uid in pairs:
         for local, peer, host, other in ((a, b, 1, 2), (b, a, 2, 1)):
             items.append(
@@ -121,6 +127,7 @@ def topology(pairs: list[tuple[str, str, int]]) -> str:
                                 "local_ip": f"10.77.{uid}.{host}/24",
                                 "peer_ip": f"10.77.{uid}.{other}/24",
                             }
+                            | emulation
                         ]
                     },
                 }
@@ -132,12 +139,17 @@ class BenchLab:
     """One `meshwire lab` for the bench; `down` always runs on exit."""
 
     def __init__(
-        self, work: Path, pairs: list[tuple[str, str, int]], placement: dict[str, str], config: str
+        self,
+        work: Path,
+        pairs: list[tuple[str, str, int]],
+        placement: dict[str, str],
+        config: str,
+        impairments: dict[str, float] | None = None,
     ) -> None:
         self.name = f"wb{secrets.token_hex(2)}"
         self.work = work
         self.prefix = f"mwl{self.name}-"
-        (work / "lab.json").write_text(topology(pairs))
+        (work / "lab.json").write_text(topology(pairs, impairments))
         (work / "placement.json").write_text(json.dumps(placement))
         (work / "config.yaml").write_text(config)
 
@@ -376,6 +388,13 @@ def bench(seconds: float, repeat: int) -> list[Result]:
         with BenchLab(work, used, placement, grpc_config(None, 1, auth=False)) as lab:
             name = UNAUTHENTICATED
             results.append(measure(name, lab, program, [pair(*used[0])], seconds, repeat))
+        emulated = [("e1", "e2", 1)]
+        full_speed = {"rate_mbps": 100000}
+        with BenchLab(
+            work, emulated, {"e1": "node1", "e2": "node1"}, "workers: 1\n", full_speed
+        ) as lab:
+            name = "(f) emulation, rate 100000"
+            results.append(measure(name, lab, program, [pair("e1", "e2", 1)], seconds, repeat))
     return results
 
 

@@ -11,7 +11,8 @@
 #define MW_PAGE (1u << MW_PAGE_BITS)
 
 struct mw_entry {
-    int fd; /* -1: no wire */
+    int fd;     /* -1: no wire */
+    int source; /* where frames to send are read: fd, or an emulator's output */
     uint32_t tag;
     uint32_t peer_id;
     mw_counters c;
@@ -84,8 +85,18 @@ int mw_table_set(mw_table *t, uint32_t id, int fd, uint32_t tag, uint32_t peer_i
     }
     struct mw_entry *e = &(*page)[id & (MW_PAGE - 1)];
     e->fd = fd;
+    e->source = fd;
     e->tag = tag;
     e->peer_id = peer_id;
+    return 0;
+}
+
+int mw_table_set_source(mw_table *t, uint32_t id, int fd)
+{
+    struct mw_entry *e = entry(t, id);
+    if (!e)
+        return -1;
+    e->source = fd < 0 ? e->fd : fd;
     return 0;
 }
 
@@ -137,7 +148,7 @@ void mw_batch_read(mw_table *t, mw_reader *r)
         ssize_t n = -1;
         if (e) {
             do
-                n = read(e->fd, r->buf + off + MW_HDR, max_frame + 1);
+                n = read(e->source, r->buf + off + MW_HDR, max_frame + 1);
             while (n < 0 && errno == EINTR);
         }
         if (n <= 0) { /* drained, failed or gone: skip it for the rest of this call */

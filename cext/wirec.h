@@ -29,6 +29,10 @@ void mw_table_free(mw_table *t);
 /* Returns 0, -1 if id >= id_limit or fd < 0, -2 if out of memory. Setting an
  * existing wire replaces fd, tag and peer id and keeps its counters. */
 int mw_table_set(mw_table *t, uint32_t id, int fd, uint32_t tag, uint32_t peer_id);
+/* Makes mw_batch_read read the wire's frames from `fd` (an impaired wire's emulator
+ * output, dataplane/emulator.py) instead of its TAP; fd < 0: from the TAP again.
+ * mw_table_set resets it to the TAP. Returns 0, or -1 if there is no such wire. */
+int mw_table_set_source(mw_table *t, uint32_t id, int fd);
 /* Forgets the wire and its counters (the fd is the caller's to close). Returns 0,
  * or -1 if there was no such wire. */
 int mw_table_clear(mw_table *t, uint32_t id);

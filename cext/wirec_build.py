@@ -2,7 +2,8 @@
 
 The batching codec and wire table (`wirec.c`), the Batch message codec
 (`batchmsg.c`) and the Wire service's gRPC-over-HTTP/2 transport on nghttp2
-(`h2io.c`, `h2sender.c`, `h2receiver.c`). Run by scripts/build.d/30-dataplane.sh
+(`h2io.c`, `h2sender.c`, `h2receiver.c`), and link emulation's per-frame work
+(`emul.c`). Run by scripts/build.d/30-dataplane.sh
 from the repo root; the extension lands in `cext/build/` and the build step
 copies it into `dataplane/`.
 """
@@ -15,8 +16,8 @@ from cffi import FFI
 
 HERE = pathlib.Path(__file__).resolve().parent
 # The public headers, in dependency order: cffi reads each line not starting with '#'.
-HEADERS = ("wirec.h", "batchmsg.h", "h2wire.h")
-SOURCES = ("wirec.c", "batchmsg.c", "h2io.c", "h2sender.c", "h2receiver.c")
+HEADERS = ("wirec.h", "batchmsg.h", "h2wire.h", "emul.h")
+SOURCES = ("wirec.c", "batchmsg.c", "h2io.c", "h2sender.c", "h2receiver.c", "emul.c")
 
 
 def builder() -> FFI:

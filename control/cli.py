@@ -24,6 +24,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("config", "defaults"): "client.config_command",
     ("links",): "client.links_command",
     ("certs",): "client.certs_command",
+    ("capture",): "client.capture",
 }
 
 USAGE = """usage: meshwire COMMAND [ARGS]
@@ -46,6 +47,8 @@ commands:
                                   this node's link ends, their state and last error
   config defaults                 print the config file with every default
   certs init DIR                  the cluster's CA, CA key and wire key, and their Secret
+  capture NS/POD:INTF | --netns PATH INTF [-w FILE|-] [-c N] [--seconds S]
+                                  a link end's frames as pcap (on the pod's node)
 """
 
 

@@ -36,6 +36,20 @@ class AddWire:
     peer_node: str
     peer_port: int
     peer_wire_id: int
+    # The impairments of the frames read from the TAP, in `IMPAIRMENT_FIELDS` order
+    # (model/emulation.py's fields); (): none, the frames go straight to the stream.
+    impairments: tuple[float, ...] = ()
+
+
+IMPAIRMENT_FIELDS = (
+    "delay_ms",
+    "jitter_ms",
+    "loss_pct",
+    "corrupt_pct",
+    "duplicate_pct",
+    "reorder_pct",
+    "rate_mbps",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +159,7 @@ def decode(data: bytes) -> Message:
                 r.text("peer_node"),
                 r.port("peer_port"),
                 r.u32("peer_wire_id"),
+                r.impairments("impairments"),
             )
         case "remove_wire":
             return RemoveWire(r.u32("wire_id"))
@@ -182,8 +197,8 @@ def _stream(kind: str, row: Any) -> StreamState:
 
 
 def _wire(kind: str, row: Any) -> tuple[int, Counters]:
-    if not (isinstance(row, list) and len(row) == 7):
-        raise MessageError(f"{kind}.wires: entry {row!r} is not [id, 6 counters]")
+    if not (isinstance(row, list) and len(row) in (7, 13)):
+        raise MessageError(f"{kind}.wires: entry {row!r} is not [id, 6 or 12 counters]")
     r = _Reader({"wire_id": row[0]}, kind)
     try:
         return r.u32("wire_id"), Counters.from_list(row[1:])
@@ -213,6 +228,19 @@ class _Reader:
     def items(self, field: str) -> list[Any]:
         value: list[Any] = self._get(field, list)
         return value
+
+    def impairments(self, field: str) -> tuple[float, ...]:
+        """Absent or []: none; else one non-negative number per IMPAIRMENT_FIELDS."""
+        value = self._body.get(field, [])
+        numbers = isinstance(value, list) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in value
+        )
+        if not numbers or len(value) not in (0, len(IMPAIRMENT_FIELDS)):
+            raise MessageError(
+                f"{self._kind}.{field}: expected [] or {len(IMPAIRMENT_FIELDS)} "
+                f"non-negative numbers, got {value!r}"
+            )
+        return tuple(float(v) for v in value)
 
     def _int(self, field: str, low: int, high: int) -> int:
         value: int = self._get(field, int)

@@ -46,6 +46,11 @@ class WireTable:
         if result != 0:
             raise WireTableError(f"wire {wire_id}: out of memory for its table page")
 
+    def set_source(self, wire_id: int, fd: int) -> None:
+        """Reads the wire's frames to send from `fd` (-1: from its TAP again)."""
+        if lib.mw_table_set_source(self._table, wire_id, fd) != 0:
+            raise WireTableError(f"wire {wire_id}: no such wire")
+
     def clear(self, wire_id: int) -> bool:
         """Forgets the wire and its counters; False if there was none."""
         return bool(lib.mw_table_clear(self._table, wire_id) == 0)

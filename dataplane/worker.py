@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -32,11 +33,14 @@ from dataclasses import dataclass
 import uvloop
 
 from meshwire.dataplane import fdpass, hostport, messages, preface
+from meshwire.dataplane.counters import Counters
+from meshwire.dataplane.emulator import Params, Pump
 from meshwire.dataplane.logs import LogFormat, setup_logging
 from meshwire.dataplane.netns_thread import setns
 from meshwire.dataplane.receiver import Listener
 from meshwire.dataplane.sender import Sender
 from meshwire.dataplane.streams import StreamKey, Streams
+from meshwire.dataplane.tap import VNET_HDR_LEN, tap_info
 from meshwire.dataplane.wirec import ID_LIMIT, WireTable, WireTableError
 
 # Named, not __name__: the worker runs as `python -m`, where __name__ is "__main__".
@@ -98,10 +102,36 @@ class CannotListen(Exception):
     """The worker's data port cannot be bound (taken, or not an address of this host)."""
 
 
+# Socket buffer of an impaired wire's emulator output: room for a burst of 64 KiB
+# TSO frames between the emulator writing them and the sender reading them.
+EMULATED_BUFFER = 4 << 20
+
+
+@dataclass(slots=True)
+class _Emulated:
+    """An impaired wire's emulator: it reads the TAP and writes due frames to `out`,
+    which the wire's sender reads through `source` (a SOCK_SEQPACKET pair)."""
+
+    pump: Pump
+    source: socket.socket
+    out: socket.socket
+
+    def close(self) -> None:
+        self.pump.close()
+        self.source.close()
+        self.out.close()
+
+
 @dataclass(slots=True)
 class _Wire:
     fd: int
     peer_wire_id: int
+    emulated: _Emulated | None = None
+
+    @property
+    def source(self) -> int:
+        """The fd the wire's sender reads its frames from."""
+        return self.emulated.source.fileno() if self.emulated is not None else self.fd
 
 
 class Worker:
@@ -145,6 +175,8 @@ class Worker:
             await asyncio.gather(*(sender.close() for _, sender in self._streams.items()))
             await asyncio.gather(*self._closing)
             for wire in self._wires.values():
+                if wire.emulated is not None:
+                    wire.emulated.close()
                 os.close(wire.fd)
 
     def _open_stream(self, key: StreamKey) -> Sender:
@@ -152,7 +184,7 @@ class Worker:
         return Sender(
             key,
             self._table,
-            lambda wire_id: self._wires[wire_id].fd,
+            lambda wire_id: self._wires[wire_id].source,
             self._config.batch_frames,
             self._config.batch_bytes,
             self._keys,
@@ -201,12 +233,60 @@ class Worker:
             os.close(fd)
             return messages.WireAck(command.wire_id, str(exc))
         old = self._wires.get(command.wire_id)
-        self._wires[command.wire_id] = _Wire(fd, command.peer_wire_id)
+        retired = old.emulated if old is not None else None
+        problem = ""
+        try:
+            emulated = self._emulate(command, fd, retired)
+        except OSError as exc:
+            # No emulator (out of fds): the wire carries its frames unimpaired, and the
+            # refusal makes control send the command again later.
+            self._table.set_source(command.wire_id, -1)
+            emulated, problem = None, f"wire {command.wire_id}: impairments: {exc}"
+        self._wires[command.wire_id] = _Wire(fd, command.peer_wire_id, emulated)
         key = StreamKey(command.namespace, command.peer_node, command.peer_port)
         self._close_later(self._streams.attach(command.wire_id, key))
+        # After the sender let go of its fds: a closed fd cannot leave an epoll set.
+        if retired is not None and retired is not emulated:
+            retired.close()
         if old is not None and old.fd != fd:
             os.close(old.fd)
-        return messages.WireAck(command.wire_id)
+        return messages.WireAck(command.wire_id, problem)
+
+    def _emulate(
+        self, command: messages.AddWire, fd: int, old: _Emulated | None
+    ) -> _Emulated | None:
+        """The wire's emulator as `command` asks: `old` with new parameters, reading the
+        new fd (each AddWire brings its own, on the same TAP or a new one), so its queue
+        and counters carry on; a new one; or none. Points the table at it. The caller
+        closes `old` if it is not the one returned."""
+        params = Params(*command.impairments)
+        if old is not None and not params:
+            old.pump.close()  # stop reading the TAP now; its sockets go later
+            old = None
+        if old is not None:
+            old.pump.set(params)
+            old.pump.read_from(fd)
+            emulated = old
+        elif params:
+            source, out = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                for end in (source, out):
+                    end.setblocking(False)
+                    end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, EMULATED_BUFFER)
+                    end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, EMULATED_BUFFER)
+                skip = VNET_HDR_LEN if tap_info(fd)[1] else 0
+                pump = Pump(fd, out.fileno(), params, command.wire_id, skip)
+            except BaseException:
+                source.close()
+                out.close()
+                raise
+            emulated = _Emulated(pump, source, out)
+        else:
+            emulated = None
+        self._table.set_source(
+            command.wire_id, -1 if emulated is None else emulated.source.fileno()
+        )
+        return emulated
 
     def _remove(self, wire_id: int) -> None:
         wire = self._wires.get(wire_id)
@@ -215,6 +295,8 @@ class Worker:
         self._close_later(self._streams.detach(wire_id))
         del self._wires[wire_id]
         self._table.clear(wire_id)
+        if wire.emulated is not None:
+            wire.emulated.close()
         os.close(wire.fd)
 
     def _close_later(self, sender: Sender | None) -> None:
@@ -245,8 +327,14 @@ class Worker:
                 self._listener.refusals.count,
             )
         )
-        counters = [(wire_id, self._table.counters(wire_id)) for wire_id in self._wires]
-        wires = [(wire_id, c) for wire_id, c in counters if c is not None]
+        wires = []
+        for wire_id, wire in self._wires.items():
+            counters = self._table.counters(wire_id)
+            if counters is None:
+                continue
+            if wire.emulated is not None:
+                counters = _with_emulation(counters, wire.emulated.pump)
+            wires.append((wire_id, counters))
         for report in messages.wire_reports(wires):
             self._say(report)
 
@@ -263,6 +351,19 @@ class Worker:
                 log.info("control socket: %s; stopping", exc)
                 self._stopping.set()
                 return
+
+
+def _with_emulation(counters: Counters, pump: Pump) -> Counters:
+    e = pump.emulator.counters()
+    return dataclasses.replace(
+        counters,
+        impaired_dropped=e.dropped,
+        impaired_delayed=e.delayed,
+        impaired_corrupted=e.corrupted,
+        impaired_duplicated=e.duplicated,
+        impaired_reordered=e.reordered,
+        impaired_overflow=e.overflow,
+    )
 
 
 if __name__ == "__main__":

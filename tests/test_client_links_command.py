@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import socket
@@ -16,6 +17,7 @@ from links_helpers import grpc_row, veth_row
 from meshwire.control.cli import main as meshwire
 from meshwire.control.client import links_command
 from meshwire.control.daemon.link_report import link_report
+from meshwire.control.model.emulation import Impairments
 from meshwire.control.reconcile.status import LinkStatus
 
 VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
@@ -68,9 +70,11 @@ def test_the_table_names_each_end_its_peer_its_state_and_why(
     out = capsys.readouterr().out.splitlines()
     assert asked == ["/links"]
     assert out[0] == "link ends: 2"
-    assert out[2].split() == ["lab/3", "veth", "lab/r1:eth2", "lab/r2:eth1", "done", "0", "-"]
-    assert out[3].split()[:7] == [
-        "lab/5", "grpc", "lab/r1:eth1", "lab/r2:eth1", "on", "192.0.2.2", "error",
+    assert out[2].split() == [
+        "lab/3", "veth", "lab/r1:eth2", "lab/r2:eth1", "-", "done", "0", "-",
+    ]  # fmt: skip
+    assert out[3].split()[:8] == [
+        "lab/5", "grpc", "lab/r1:eth1", "lab/r2:eth1", "on", "192.0.2.2", "-", "error",
     ]  # fmt: skip
     assert out[3].endswith("(permanent)  1       eth1 exists and meshwire did not create it")
 
@@ -121,3 +125,14 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
     return port
+
+
+def test_the_table_shows_each_ends_impairments_and_a_pulled_cable() -> None:
+    row = dataclasses.replace(
+        GRPC,
+        local=dataclasses.replace(GRPC.local, impairments=Impairments(delay_ms=20)),
+        peer=dataclasses.replace(GRPC.peer, impairments=Impairments(loss_pct=2.5)),
+        down=True,
+    )
+    text = links_command.render(link_report([row], {}))
+    assert "> delay_ms=20; < loss_pct=2.5; cable down" in text

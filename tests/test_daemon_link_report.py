@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
 from links_helpers import grpc_row, veth_row
 
 from meshwire.control.daemon.link_report import link_report
+from meshwire.control.model.emulation import Impairments
 from meshwire.control.reconcile.status import LinkStatus, State
 
 VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
@@ -34,13 +36,18 @@ def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
             "intf": "eth1",
             "netns": "/run/netns/a",
             "mac": "02:00:00:00:00:01",
+            "impairments": {},
         },
         "peer": {
             "pod": "lab/r2",
             "intf": "eth1",
+            "netns": "",
             "mac": "06:00:00:00:00:02",
             "node_ip": "192.0.2.2",
+            "impairments": {},
         },
+        "cable": "up",
+        "emulated": False,
         "state": "error",
         "error": FAILED.message,
         "attempts": 4,
@@ -66,3 +73,18 @@ def test_a_state_keeps_only_its_entries_and_an_unknown_one_is_refused() -> None:
     assert [e["key"] for e in link_report([VETH, GRPC], statuses, "done")] == [VETH.key]
     with pytest.raises(ValueError, match="state 'broken' is not one of pending, done, error"):
         link_report([VETH], statuses, "broken")
+
+
+def test_each_end_shows_its_impairments_and_the_link_its_cable() -> None:
+    row = dataclasses.replace(
+        GRPC,
+        local=dataclasses.replace(GRPC.local, impairments=Impairments(delay_ms=20, loss_pct=1.5)),
+        peer=dataclasses.replace(GRPC.peer, impairments=Impairments(rate_mbps=100)),
+        down=True,
+        emulated=True,
+    )
+    (entry,) = link_report([row], {})
+    assert entry["emulated"]
+    assert entry["local"]["impairments"] == {"delay_ms": 20, "loss_pct": 1.5}
+    assert entry["peer"]["impairments"] == {"rate_mbps": 100}
+    assert entry["cable"] == "down"

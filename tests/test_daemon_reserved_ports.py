@@ -16,14 +16,14 @@ def ports_of(**overrides: str) -> list[int]:
     return listen_ports(load_config(None, env={}, overrides={"node_ip": "10.0.0.1", **overrides}))
 
 
-def test_a_vxlan_daemon_listens_on_its_metrics_port_only() -> None:
-    assert ports_of() == [51100]
-    assert ports_of(**{"metrics.listen": "127.0.0.1:0"}) == []
-
-
-def test_a_grpc_daemon_also_listens_on_the_peer_port_and_one_port_per_worker() -> None:
+def test_every_daemon_listens_on_metrics_peer_and_one_port_per_worker() -> None:
+    # A vxlan node runs the wire too: links under emulation are carried by its workers.
+    for kind in ("vxlan", "grpc"):
+        wire = {"inter_node_link_type": kind, "workers": "3"}
+        assert ports_of(**wire) == [51100, 51111, 51112, 51113, 51114]
+    zero = {"metrics.listen": "127.0.0.1:0", "peer.listen": "127.0.0.1:0", "workers": "1"}
+    assert ports_of(**zero) == [51112]
     grpc = {"inter_node_link_type": "grpc", "workers": "3"}
-    assert ports_of(**grpc) == [51100, 51111, 51112, 51113, 51114]
     assert ports_of(**grpc, **{"peer.listen": "[::1]:7000", "dataplane.port_base": "7001"}) == [
         7000,
         7001,

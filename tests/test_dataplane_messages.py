@@ -16,11 +16,13 @@ from meshwire.dataplane.streams import StreamKey, Streams
 def test_every_message_survives_encode_and_decode() -> None:
     samples: list[messages.Message] = [
         messages.AddWire(7, "lab", "10.1.0.2", 51112, 2**32 - 1),
+        messages.AddWire(7, "lab", "10.1.0.2", 51112, 8, (20.0, 2.5, 1.0, 0.0, 0.0, 0.0, 100.0)),
         messages.RemoveWire(7),
         messages.Ready(51113),
         messages.WireAck(7, "wire 7: id must be below 100"),
         messages.StreamReport((messages.StreamState("lab", "fd00::2", 51112, 3, 10**12),), 2, 5, 1),
         messages.WireReport(((7, Counters(1, 2, 3, 4, 5, 2**63)),), last=True),
+        messages.WireReport(((7, Counters(*range(1, 13))),), last=True),
     ]
     for message in samples:
         assert messages.decode(messages.encode(message)) == message
@@ -39,6 +41,16 @@ def test_every_message_survives_encode_and_decode() -> None:
             b'{"type":"add_wire","wire_id":1,"namespace":"a","peer_node":"n",'
             b'"peer_port":1,"peer_wire_id":-1}',
             "add_wire.peer_wire_id: -1 outside",
+        ),
+        (
+            b'{"type":"add_wire","wire_id":1,"namespace":"a","peer_node":"n",'
+            b'"peer_port":1,"peer_wire_id":2,"impairments":[20]}',
+            "add_wire.impairments: expected .* or 7 non-negative numbers",
+        ),
+        (
+            b'{"type":"add_wire","wire_id":1,"namespace":"a","peer_node":"n",'
+            b'"peer_port":1,"peer_wire_id":2,"impairments":[1,1,1,1,1,1,-1]}',
+            "add_wire.impairments: expected",
         ),
         (b'{"type":"wire_report","wires":[[1,2]],"last":true}', "wire_report.wires: entry"),
         (b'{"type":"wire_report","wires":[[1,0,0,0,0,0,-1]],"last":true}', "non-negative"),

@@ -28,7 +28,7 @@ from dataplane_helpers import (
 )
 
 from meshwire.dataplane.handle import WorkerHandle
-from meshwire.dataplane.messages import AddWire
+from meshwire.dataplane.messages import IMPAIRMENT_FIELDS, AddWire
 from meshwire.dataplane.tap import tap_info
 
 pytestmark = pytest.mark.root
@@ -251,3 +251,37 @@ def stream_ports(handle: WorkerHandle) -> list[int]:
 
 def incoming(handle: WorkerHandle) -> int:
     return handle.streams.incoming if handle.streams else -1
+
+
+def impairments(**given: float) -> tuple[float, ...]:
+    return tuple(given.get(name, 0.0) for name in IMPAIRMENT_FIELDS)
+
+
+@pytest.mark.parametrize("offloads", [True, False], ids=["offloads", "plain"])
+async def test_an_impaired_wire_follows_its_impairments_changed_in_place_and_cleared(
+    prefix: str, offloads: bool
+) -> None:
+    a = make_pod(prefix, "a", "10.0.0.1/24", offloads=offloads)
+    b = make_pod(prefix, "b", "10.0.0.2/24", offloads=offloads)
+    try:
+        async with workers(make_node(prefix), 2) as (node_a, node_b):
+            await connect(a, node_a, 1, b, node_b, 2)
+            assert ping(a, b.address)
+
+            def set_a(values: tuple[float, ...]) -> AddWire:
+                return AddWire(1, "lab", NODE, node_b.data_port, 2, values)
+
+            await node_a.add_wire(set_a(impairments(loss_pct=100)), a.fd)
+            assert not ping(a, b.address)
+            await wait_until(lambda: node_a.wires[1].impaired_dropped >= 3)
+            # In place: the same wire and emulator, every frame now sent twice.
+            await node_a.add_wire(set_a(impairments(duplicate_pct=100, delay_ms=1)), a.fd)
+            assert ping(a, b.address, size=1400)
+            await wait_until(lambda: node_a.wires[1].impaired_duplicated >= 3)
+            assert node_a.wires[1].impaired_dropped >= 3
+            await node_a.add_wire(set_a(()), a.fd)
+            assert ping(a, b.address)
+            await wait_until(lambda: node_a.wires[1].impaired_duplicated == 0)
+            assert node_b.wires[2].impaired_dropped == 0  # b's end has no impairments
+    finally:
+        close_pods(a, b)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from deploy_helpers import named, schema_errors
 
+from meshwire.control.model.emulation import MAX_DELAY_MS, MAX_RATE_MBPS, STATES, Impairments
 from meshwire.control.model.topology import (
     GROUP,
     KIND,
@@ -31,7 +32,7 @@ from meshwire.control.reconcile.status_writer import STATUS_FIELDS
 from tests.paths import MESHNET, meshnet_fixtures
 
 FIXTURES = MESHNET
-JSON_TYPES = {int: "integer", str: "string"}
+JSON_TYPES = {int: "integer", str: "string", float: "number", Impairments: "object"}
 
 
 def crd() -> dict[str, Any]:
@@ -129,6 +130,16 @@ def test_a_topology_the_model_writes_with_every_field_set_fits_the_schema() -> N
                         "peer_intf": "eth1",
                         "local_ip": "10.0.0.1/24",
                         "peer_ip": "10.0.0.2/24",
+                        "impairments": {
+                            "delay_ms": 20,
+                            "jitter_ms": 2.5,
+                            "loss_pct": 1,
+                            "corrupt_pct": 1,
+                            "duplicate_pct": 1,
+                            "reorder_pct": 1,
+                            "rate_mbps": 100,
+                        },
+                        "state": "down",
                     }
                 ]
             },
@@ -175,3 +186,17 @@ def test_meshnets_own_test_topologies_fit_the_schema(fixture: Path) -> None:
 def test_a_links_mtu_has_the_models_range() -> None:
     mtu = link_schema()["properties"]["mtu"]
     assert (mtu["minimum"], mtu["maximum"]) == (MIN_MTU, MAX_MTU)
+
+
+def test_a_links_impairments_have_the_models_fields_ranges_and_states() -> None:
+    link = link_schema()["properties"]
+    properties = link["impairments"]["properties"]
+    assert {name: p["type"] for name, p in properties.items()} == field_types(Impairments)
+    maxima = {name: p["maximum"] for name, p in properties.items()}
+    assert {name for name, top in maxima.items() if top == 100} == {
+        name for name in properties if name.endswith("_pct")
+    }
+    assert maxima["delay_ms"] == MAX_DELAY_MS
+    assert maxima["rate_mbps"] == MAX_RATE_MBPS
+    assert all(p["minimum"] == 0 for p in properties.values())
+    assert tuple(link["state"]["enum"]) == STATES

@@ -18,7 +18,7 @@ ROOTS = ("control", "dataplane")
 
 
 def package_of(module: str) -> str | None:
-    """`meshwire.control.reconcile.queue` -> `control.reconcile`; None outside meshwire."""
+    """`meshwire.control.common.queue` -> `control.common`; None outside meshwire."""
     parts = module.split(".")
     if parts[0] != "meshwire" or len(parts) < 2:
         return None

@@ -8,6 +8,7 @@ from derive_helpers import NODE_A, NODE_B, pair, pod
 from slot_helpers import HashedSlots, slot
 
 from meshwire.control.common.ids import vni, wire_id
+from meshwire.control.model.emulation import Impairments
 from meshwire.control.model.topology import Link
 from meshwire.control.reconcile.derive import NodeView, derive_pods
 from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
@@ -173,3 +174,43 @@ def test_a_link_mtu_given_on_one_end_is_the_rows_on_both_nodes_and_others_keep_t
     (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B), SLOTS).rows.values()
     assert (rows["default/1/r1"].mtu, on_b.mtu) == (9000, 9000)
     assert rows["default/2"].mtu == 1450
+
+
+def emulated_pods(node_r1: str, node_r2: str, **r1_end: object) -> TopologyTable:
+    table = TopologyTable()
+    r1, r2 = pair(1, "r1", "r2", "eth1", "eth2")
+    table.upsert(pod("r1", dataclasses.replace(r1, **r1_end), node=node_r1))  # type: ignore[arg-type]
+    table.upsert(
+        pod("r2", dataclasses.replace(r2, impairments=Impairments(loss_pct=1)), node=node_r2)
+    )
+    return table
+
+
+def test_an_emulated_link_is_a_grpc_end_per_pod_on_one_node_and_across_nodes() -> None:
+    delay = {"impairments": Impairments(delay_ms=20)}
+    for node_r2 in (NODE_A, NODE_B):
+        table = emulated_pods(NODE_A, node_r2, **delay)
+        (on_a,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS).rows.values()
+        assert (on_a.kind, on_a.key, on_a.peer_node_ip) == (LinkKind.GRPC, "default/1/r1", node_r2)
+        assert on_a.emulated and not on_a.down
+        # Each end carries the impairments of the frames it sends.
+        assert on_a.local.impairments == Impairments(delay_ms=20)
+        assert on_a.peer.impairments == Impairments(loss_pct=1)
+    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B), SLOTS).rows.values()
+    assert on_b.kind is LinkKind.GRPC and on_b.local.impairments == Impairments(loss_pct=1)
+
+
+def test_a_cable_pulled_on_either_end_is_down_on_both_nodes() -> None:
+    table = emulated_pods(NODE_A, NODE_B, state="down")
+    (on_a,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS).rows.values()
+    (on_b,) = derive_pods(table, {"default/r2"}, NodeView(node_ip=NODE_B), SLOTS).rows.values()
+    assert on_a.down and on_b.down
+    table = emulated_pods(NODE_A, NODE_B, state="up")
+    (on_a,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS).rows.values()
+    assert not on_a.down and on_a.kind is LinkKind.GRPC  # plugged: still on the workers
+
+
+def test_a_link_without_emulation_stays_on_the_kernels_path() -> None:
+    for node_r2, kind in ((NODE_A, LinkKind.VETH), (NODE_B, LinkKind.VXLAN)):
+        (row,) = derive_pods(two_pods(NODE_A, node_r2), {"default/r1"}, ON_A, SLOTS).rows.values()
+        assert row.kind is kind and not row.emulated and not row.down

@@ -79,14 +79,30 @@ def render(entries: list[dict[str, Any]]) -> str:
             entry["kind"],
             f"{entry['local']['pod']}:{entry['local']['intf']}",
             _peer(entry["peer"]),
+            _emulation(entry),
             entry["state"] + (" (permanent)" if entry["permanent"] else ""),
             entry["attempts"],
             entry["error"] or "-",
         )
         for entry in entries
     ]
-    headers = ("link", "kind", "end", "peer", "state", "failed", "last error")
+    headers = ("link", "kind", "end", "peer", "emulation", "state", "failed", "last error")
     return table(f"link ends: {len(rows)}", headers, rows)
+
+
+def _emulation(entry: dict[str, Any]) -> str:
+    """Each end's impairments (`>` the frames this end sends, `<` the peer's) and a
+    pulled cable; "-" for neither."""
+    parts = []
+    for arrow, end in (("> ", entry["local"]), ("< ", entry["peer"])):
+        impairments = end.get("impairments") or {}
+        if impairments:
+            parts.append(arrow + " ".join(f"{k}={v:g}" for k, v in impairments.items()))
+    if entry.get("cable") == "down":
+        parts.append("cable down")
+    if not parts and entry.get("emulated"):
+        parts.append("emulated")  # a cable state set, up: the link stays on the workers
+    return "; ".join(parts) or "-"
 
 
 def _peer(peer: dict[str, Any]) -> str:

@@ -246,7 +246,10 @@ class Config(_Section):
         default=0,
         ge=0,
         le=256,
-        description="Dataplane worker processes for gRPC wires; 0: one per core.",
+        description=(
+            "Dataplane worker processes for gRPC wires and emulated links "
+            "(every node runs them); 0: one per core."
+        ),
     )
     reserve_ports: bool = Field(
         default=True,

@@ -96,8 +96,9 @@ class Daemon:
             watch_timeout=config.api.watch_timeout,
         )
         self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots)
-        # Only a grpc node runs the wire stack: derivation makes grpc rows nowhere else.
-        self.wire = WireStack(config) if config.inter_node_link_type == "grpc" else None
+        # Every node runs the wire stack: besides a grpc node's cross-node links, every
+        # link under emulation (impairments or a cable state) is a grpc row.
+        self.wire: WireStack | None = WireStack(config)
         drivers: dict[LinkKind, KindDriver] = {
             LinkKind.VETH: VethDriver(),
             LinkKind.VXLAN: VxlanDriver(port=config.vxlan.port),

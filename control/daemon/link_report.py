@@ -1,10 +1,12 @@
 """What `/links` answers: every link end this node must realise, with its state.
 
 One entry per row of the links table, sorted by key: the kind, where the end
-is (pod, interface, netns, MAC), what it joins (the peer pod, its interface
-and MAC and, across nodes, its node), and the reconcile state with the last
-error and how many attempts failed since the last success. A node's operator
-reads it to learn why one link is down without reading the logs;
+is (pod, interface, netns, MAC), what it joins (the peer pod, its interface,
+MAC, and its netns on this node or, across nodes, its node), each end's
+impairments (those of the frames it sends) and the cable (`cable`: `down`
+while pulled), and the reconcile state with the last error and how many
+attempts failed since the last success. A node's operator reads it to learn
+why one link is down without reading the logs;
 `?state=error` keeps the failing ones. With `counters` (`?counters=1`) each
 end this node realises (the local one; a veth's both) carries its kernel
 counters (`link_counters.py`).
@@ -43,13 +45,20 @@ def link_report(
                 "intf": row.local.intf,
                 "netns": row.local.netns,
                 "mac": row.local.mac,
+                "impairments": row.local.impairments.to_dict(),
             },
             "peer": {
                 "pod": f"{row.namespace}/{row.peer.pod}",
                 "intf": row.peer.intf,
+                "netns": row.peer.netns,
                 "mac": row.peer.mac,
                 "node_ip": row.peer_node_ip,
+                "impairments": row.peer.impairments.to_dict(),
             },
+            "cable": "down" if row.down else "up",
+            # A link under emulation is carried by the workers (a grpc end, rebuilt
+            # once from the kernel's veth or vxlan when its emulation began).
+            "emulated": row.emulated,
             "state": status.state.value,
             "error": status.message,
             "attempts": status.attempts,

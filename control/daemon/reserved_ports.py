@@ -28,13 +28,16 @@ SYSCTL = Path("/proc/sys/net/ipv4/ip_local_reserved_ports")
 
 
 def listen_ports(config: Config) -> list[int]:
-    """The TCP ports this daemon will listen on: `metrics.listen`, and with the gRPC
-    wire `peer.listen` and each worker's `dataplane.port_base + k`. Port 0 (any
-    free port, as tests ask) is no port to reserve."""
-    ports = {hostport.split(config.metrics.listen)[1]}
-    if config.inter_node_link_type == "grpc":
-        base = config.dataplane.port_base
-        ports |= {hostport.split(config.peer.listen)[1], *range(base, base + config.worker_count)}
+    """The TCP ports this daemon will listen on: `metrics.listen`, and for the gRPC
+    wire (every node runs it: emulated links use it whatever the inter-node kind)
+    `peer.listen` and each worker's `dataplane.port_base + k`. Port 0 (any free
+    port, as tests ask) is no port to reserve."""
+    base = config.dataplane.port_base
+    ports = {
+        hostport.split(config.metrics.listen)[1],
+        hostport.split(config.peer.listen)[1],
+        *range(base, base + config.worker_count),
+    }
     return sorted(ports - {0})
 
 

@@ -9,7 +9,9 @@ each direction (`frames.py`). A host link
 (macvlan on the node's `eth0`) must pass a raw frame each way between the pod
 and the node's underlay: sent by the pod, it is seen leaving the node on the
 hub bridge port; sent from that port, the pod receives it. A link whose peer
-pod has no Topology is skipped with the reason (no CNI plugin wires it).
+pod has no Topology is skipped with the reason (no CNI plugin wires it), and
+so is a link whose cable is pulled (`state: down` on either end, as the API's
+objects say): no frame may pass it.
 
 Links are checked in parallel; each result names the link and, when it fails,
 why, including the pods' `plumbing_error` from the API when there is one.
@@ -28,6 +30,7 @@ from meshwire.control.lab.kernel import Ends
 from meshwire.control.lab.links import LabEnd, LabLink
 from meshwire.control.lab.names import LabNames
 
+PULLED = "cable pulled (state down)"
 PROBE_TIMEOUT = 5.0  # an ARP request or echo, re-sent every 0.2 s until answered
 FRAME_TIMEOUT = 3.0
 # ARP requests sent per second at most, by all links together. Each answered one
@@ -104,6 +107,8 @@ def check_link(
     """
     if link.unwired:
         return LinkResult(link, True, "skip", link.unwired)
+    if "down" in (link.a.state, link.b.state):
+        return LinkResult(link, True, "skip", PULLED)
     problems = [p for p in (_end_problem(names, ends, end) for end in pod_ends(link)) if p]
     if problems:
         blamed = [
@@ -209,11 +214,13 @@ def check_all(
 
 def tally(results: list[LinkResult]) -> str:
     """The closing line of `check`: `N/M links ok[, K failed][, S skipped]`."""
-    skipped = sum(r.method == "skip" for r in results)
+    skipped = sum(r.method == "skip" and r.reason != PULLED for r in results)
+    pulled = sum(r.method == "skip" and r.reason == PULLED for r in results)
     failed = sum(not r.ok for r in results)
-    checked = len(results) - skipped
+    checked = len(results) - skipped - pulled
     return (
         f"{checked - failed}/{checked} links ok"
         + (f", {failed} failed" if failed else "")
         + (f", {skipped} skipped (nothing wires them)" if skipped else "")
+        + (f", {pulled} pulled (lab link POD:INTF up plugs them)" if pulled else "")
     )

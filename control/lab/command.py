@@ -13,17 +13,19 @@ import json
 import sys
 from pathlib import Path
 
+from meshwire.control.client import capture
+from meshwire.control.lab import emulate
 from meshwire.control.lab.check import check_all, tally
 from meshwire.control.lab.down import down
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.links import lab_links, topologies_of
-from meshwire.control.lab.names import LabNames, check_lab_name
+from meshwire.control.lab.names import LabNames, check_lab_name, netns_path
 from meshwire.control.lab.ops import kill_api, kill_daemon, move_pod, partition_node, restart_pod
 from meshwire.control.lab.progress import for_stream
 from meshwire.control.lab.render import summary
 from meshwire.control.lab.runtime import MeshwireRuntime, Runtime
 from meshwire.control.lab.state import LabDir
-from meshwire.control.lab.status import api_statuses, gather, render
+from meshwire.control.lab.status import api_items, api_statuses, gather, in_file_order, render
 from meshwire.control.lab.up import LINKS_TIMEOUT, UpOptions, up
 
 
@@ -76,6 +78,18 @@ def parser() -> argparse.ArgumentParser:
     p = command("partition", "cut a node off the underlay for a while, then plug it back")
     p.add_argument("node")
     p.add_argument("--seconds", type=float, default=5.0, help="how long (default 5)")
+    p = command("impair", "set, clear or show the impairments of the frames an end sends")
+    p.add_argument("end", metavar="POD:INTF")
+    for flag, field in emulate.FLAGS.items():
+        unit = field.rpartition("_")[2].replace("pct", "%").replace("mbps", "Mbit/s")
+        p.add_argument(f"--{flag}", type=float, metavar=unit.upper(), help=f"{field} ({unit})")
+    p.add_argument("--clear", action="store_true", help="remove every impairment of the end")
+    p = command("link", "pull (down) or plug back (up) the cable of a link")
+    p.add_argument("end", metavar="POD:INTF")
+    p.add_argument("state", choices=("down", "up"))
+    p = command("capture", "an end's frames as pcap, from inside its pod")
+    p.add_argument("end", metavar="POD:INTF")
+    capture.add_options(p)
     command("down", "remove everything the lab made")
     # Listed for --help; `meshwire lab graph` is dispatched to control/graph/command.py.
     command("graph", "a picture of the lab (.svg .dot .mmd .json), or a live page (--serve)")
@@ -126,7 +140,9 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
         return 0
     if args.command == "check":
         placement = {key: pod.node for key, pod in state.pods.items()}
-        links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+        # The API's objects, in the file's order: edits since `up` (a pulled cable).
+        objects = in_file_order(state.topologies, api_items(state, names))
+        links = lab_links(topologies_of(objects), placement, state.inter_node_link_type)
         statuses = api_statuses(state, names) or {}
         errors = {
             pod: s["plumbing_error"] for pod, s in statuses.items() if s.get("plumbing_error")
@@ -146,4 +162,20 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
         print(kill_api(lab, state, chosen))
     elif args.command == "partition":
         print(partition_node(state, args.node, args.seconds))
+    elif args.command == "impair":
+        changes = {
+            field: getattr(args, flag)
+            for flag, field in emulate.FLAGS.items()
+            if getattr(args, flag) is not None
+        }
+        if changes and args.clear:
+            raise LabError("impair: --clear takes no other flag")
+        print(emulate.impair(state, names, args.end, changes, args.clear))
+    elif args.command == "link":
+        print(emulate.set_state(state, names, args.end, args.state))
+    elif args.command == "capture":
+        pod_name, intf = emulate.split_end(args.end)
+        pod = state.pod(pod_name)
+        what = f"meshwire lab capture {pod.key}:{intf}"
+        return capture.run(netns_path(pod.netns), intf, args.write, args.count, args.seconds, what)
     return 0

@@ -2,16 +2,18 @@
 
 Each link appears in the Topology of both its pods; here it is one `LabLink`,
 its `a` end the pod that comes first in the file. The kind follows from the
-placement as the daemons derive it (DESIGN.md §4): both pods on one node is a
+placement as the daemons derive it (DESIGN.md §4): a link under emulation
+(impairments or a `state` on either end) is grpc, both pods on one node is a
 veth, `peer_pod: localhost` a macvlan, otherwise the configured inter-node
 kind. Pure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from meshwire.control.model.emulation import Impairments
 from meshwire.control.model.topology import Topology
 
 
@@ -20,6 +22,9 @@ class LabEnd:
     pod: str  # ns/name, or "localhost" for the host end of a macvlan
     intf: str
     ip: str  # CIDR or ""
+    # What its Topology sets for the frames this end sends, and its `state` ("" unset).
+    impairments: Impairments = field(default_factory=Impairments)
+    state: str = ""
 
     @property
     def address(self) -> str:
@@ -53,20 +58,31 @@ def lab_links(
     it has kind `none` and the reason (meshnet's 2node.yml has one: r3 to r4).
     """
     seen: dict[tuple[str, int], LabLink] = {}
-    pods = {topology.key for topology in topologies}
+    by_key = {topology.key: topology for topology in topologies}
+    pods = set(by_key)
     for topology in topologies:
         for link in topology.links:
             key = (topology.namespace, link.uid)
             if key in seen:
                 continue
-            a = LabEnd(topology.key, link.local_intf, link.local_ip)
+            a = LabEnd(topology.key, link.local_intf, link.local_ip, link.impairments, link.state)
             node = placement.get(a.pod, "")
             unwired = ""
             if link.to_host:
                 b, kind = LabEnd("localhost", link.peer_intf, ""), "macvlan"
             else:
-                b = LabEnd(f"{topology.namespace}/{link.peer_pod}", link.peer_intf, link.peer_ip)
+                peer_key = f"{topology.namespace}/{link.peer_pod}"
+                peer = by_key[peer_key].link(link.uid) if peer_key in by_key else None
+                b = LabEnd(
+                    peer_key,
+                    link.peer_intf,
+                    link.peer_ip,
+                    peer.impairments if peer is not None else Impairments(),
+                    peer.state if peer is not None else "",
+                )
                 kind = "veth" if node == placement.get(b.pod) else inter_node
+                if link.emulated or (peer is not None and peer.emulated):
+                    kind = "grpc"
                 if b.pod not in pods:
                     kind = "none"
                     unwired = f"peer pod {b.pod} has no Topology, so no CNI plugin wires this link"

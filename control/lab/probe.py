@@ -29,25 +29,42 @@ def http_get(
     host: str, port: int, path: str, netns: str | None = None, timeout: float = 2.0
 ) -> tuple[int, str] | None:
     """GET `path` (HTTP/1.0) -> (status, body), from inside `netns` when given; None on failure."""
+    return http_request("GET", host, port, path, netns=netns, timeout=timeout)
+
+
+def http_request(
+    method: str,
+    host: str,
+    port: int,
+    path: str,
+    body: bytes = b"",
+    content_type: str = "application/json",
+    netns: str | None = None,
+    timeout: float = 2.0,
+) -> tuple[int, str] | None:
+    """`method path` (HTTP/1.0) with `body` -> (status, body); None on failure."""
     try:
         sock = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
     except OSError:
         return None
+    head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\n"
+    if body or method != "GET":
+        head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
     with sock:
         sock.settimeout(timeout)
         try:
             _connect(sock, host, port)
-            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            sock.sendall(head.encode() + b"\r\n" + body)
             chunks = []
             while data := sock.recv(65536):
                 chunks.append(data)
         except OSError:
             return None
-    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
-    parts = head.split(b" ", 2)
+    answer_head, _, answer = b"".join(chunks).partition(b"\r\n\r\n")
+    parts = answer_head.split(b" ", 2)
     if len(parts) < 2 or not parts[1].isdigit():
         return None
-    return int(parts[1]), body.decode(errors="replace")
+    return int(parts[1]), answer.decode(errors="replace")
 
 
 def tcp_open(host: str, port: int, netns: str | None = None) -> bool:

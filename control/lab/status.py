@@ -5,6 +5,9 @@ Sources: the state file (pods, nodes, processes), the API's Topology status
 is), and the kernel (each link end's existence, carrier, MAC and frame counters).
 An unreachable API is reported, not fatal: the kernel view still stands.
 
+Each end shows its impairments (those of the frames it sends) and its cable
+(`cable down` while pulled), as the API's Topology objects say.
+
 Link state: `up` (both ends exist and are up), `down` (an end is down),
 `missing` (an end does not exist), `error` (a pod's status has a plumbing
 error, which is shown), `unwired` (the peer pod has no Topology: nothing
@@ -33,10 +36,11 @@ from meshwire.control.model.topology import API_VERSION, PLURAL
 TOPOLOGIES_PATH = f"/apis/{API_VERSION}/{PLURAL}"
 
 
-def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] | None:
-    """`ns/name` -> the Topology's status from the API; None when the API does not answer."""
+def api_items(state: LabState, names: LabNames) -> list[dict[str, Any]] | None:
+    """The Topology objects in the embedded API; None when it does not answer, or for a
+    lab on a Kubernetes API server (`lab up --kubeconfig`)."""
     if state.kube_server:
-        return _kube_statuses(state)
+        return None
     answer = http_get(HUB_IP, state.api_port, TOPOLOGIES_PATH, netns=names.hub_netns)
     if answer is None or answer[0] != 200:
         return None
@@ -44,6 +48,32 @@ def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] 
         items = json.loads(answer[1]).get("items") or []
     except ValueError:
         return None
+    return [item for item in items if isinstance(item, dict)]
+
+
+def api_statuses(state: LabState, names: LabNames) -> dict[str, dict[str, Any]] | None:
+    """`ns/name` -> the Topology's status from the API; None when the API does not answer."""
+    if state.kube_server:
+        return _kube_statuses(state)
+    items = api_items(state, names)
+    return None if items is None else _statuses(items)
+
+
+def in_file_order(
+    from_file: list[dict[str, Any]], items: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The lab file's objects, each replaced by the API's object of the same key where the
+    API has one (so edits since `up` show), in the file's order."""
+
+    def key(obj: dict[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+    current = {key(item): item for item in items or []}
+    return [current.get(key(obj), obj) for obj in from_file]
+
+
+def _statuses(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         meta = item.get("metadata") or {}
@@ -65,7 +95,11 @@ def _kube_statuses(state: LabState) -> dict[str, dict[str, Any]] | None:
 
 def gather(state: LabState, names: LabNames) -> dict[str, Any]:
     """The whole status as plain data (what `--json` prints)."""
-    statuses = api_statuses(state, names)
+    items = api_items(state, names)
+    if state.kube_server:
+        statuses = api_statuses(state, names)
+    else:
+        statuses = None if items is None else _statuses(items)
     nodes = []
     for node in state.nodes.values():
         daemon = state.process(f"daemon/{node.name}")
@@ -94,7 +128,9 @@ def gather(state: LabState, names: LabNames) -> dict[str, Any]:
     errors = {p["pod"]: p["plumbing_error"] for p in pods if p["plumbing_error"]}
     placement = {key: pod.node for key, pod in state.pods.items()}
     links = []
-    all_links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
+    # The API's objects carry what was edited since `up` (impairments, cable state).
+    objects = topologies_of(in_file_order(state.topologies, items))
+    all_links = lab_links(objects, placement, state.inter_node_link_type)
     kernel = Ends(end_netns(names, end) for link in all_links for end in pod_ends(link))
     for link in all_links:
         ends = [_end(names, kernel, link.a), _end(names, kernel, link.b)]
@@ -123,7 +159,13 @@ def gather(state: LabState, names: LabNames) -> dict[str, Any]:
 
 
 def _end(names: LabNames, kernel: Ends, end: LabEnd) -> dict[str, Any]:
-    out: dict[str, Any] = {"pod": end.pod, "intf": end.intf, "ip": end.ip}
+    out: dict[str, Any] = {
+        "pod": end.pod,
+        "intf": end.intf,
+        "ip": end.ip,
+        "impairments": end.impairments.to_dict(),
+        "cable": end.state or "up",
+    }
     if end.pod == "localhost":
         return out
     out.update(asdict(kernel.get(end_netns(names, end), end.intf)))
@@ -172,4 +214,8 @@ def _end_text(end: dict[str, Any]) -> str:
     text = f"{end['pod']}:{end['intf']}"
     if "rx_packets" in end and end["exists"]:
         text += f" {end['mac']} {end['rx_packets']}/{end['tx_packets']}"
+    if end.get("impairments"):
+        text += " [" + " ".join(f"{k}={v:g}" for k, v in end["impairments"].items()) + "]"
+    if end.get("cable") == "down":
+        text += " [cable down]"
     return text

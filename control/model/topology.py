@@ -12,8 +12,15 @@ both ends agreeing) live in `validate.py`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from meshwire.control.model.emulation import (
+    ANNOTATION,
+    EmulationError,
+    Impairments,
+    read_annotation,
+)
 
 GROUP = "networkop.co.uk"
 VERSION = "v1beta1"
@@ -43,6 +50,20 @@ class Link:
     # meshwire's own optional field (meshnet #54): this end's MAC address; "" or
     # absent: derived from (namespace, pod, interface) (`macs.py`). meshnet ignores it.
     local_mac: str = ""
+    # meshwire's own optional fields (model/emulation.py): what happens to the frames
+    # this end sends, and the cable: "up" (or "") or "down". meshnet ignores them.
+    impairments: Impairments = field(default_factory=Impairments)
+    state: str = ""
+
+    @property
+    def down(self) -> bool:
+        return self.state == "down"
+
+    @property
+    def emulated(self) -> bool:
+        """Whether this end asks for the workers' path: impairments, or a `state` given
+        (`up` too, so a plugged cable keeps its interfaces and their ifindex)."""
+        return bool(self.impairments) or bool(self.state)
 
     @property
     def to_host(self) -> bool:
@@ -63,6 +84,10 @@ class Link:
             out["mtu"] = self.mtu
         if self.local_mac:
             out["local_mac"] = self.local_mac
+        if self.impairments:
+            out["impairments"] = self.impairments.to_dict()
+        if self.state:
+            out["state"] = self.state
         return out
 
 
@@ -147,6 +172,9 @@ class Topology:
         if not isinstance(raw_links, list):
             raise ModelError(f"{where}: spec.links: expected a list")
         links = tuple(_link(raw, f"{where}: spec.links[{i}]") for i, raw in enumerate(raw_links))
+        links = _with_annotation(
+            links, _mapping(meta.get("annotations"), where, "annotations"), where
+        )
         status = _status(_mapping(obj.get("status"), where, "status"), where)
         generation = meta.get("generation") or 0
         return cls(
@@ -198,7 +226,38 @@ def _link(raw: Any, where: str) -> Link:
         peer_ip=_string(raw, where, "peer_ip"),
         mtu=0 if raw.get("mtu") is None else _integer(raw["mtu"], where, "mtu"),
         local_mac=_string(raw, where, "local_mac"),
+        impairments=_impairments(raw.get("impairments"), where),
+        state=_string(raw, where, "state"),
     )
+
+
+def _impairments(raw: Any, where: str) -> Impairments:
+    try:
+        return Impairments.from_dict(raw)
+    except EmulationError as exc:
+        raise ModelError(f"{where}: {exc}") from None
+
+
+def _with_annotation(
+    links: tuple[Link, ...], annotations: dict[str, Any], where: str
+) -> tuple[Link, ...]:
+    """The links with what the emulation annotation says of their interfaces applied."""
+    try:
+        entries = read_annotation(annotations.get(ANNOTATION))
+    except EmulationError as exc:
+        raise ModelError(f"{where}: metadata.{exc}") from None
+    if not entries:
+        return links
+    out = []
+    for link in links:
+        entry = entries.get(link.local_intf)
+        if entry is not None:
+            if entry.impairments is not None:
+                link = replace(link, impairments=entry.impairments)
+            if entry.state is not None:
+                link = replace(link, state=entry.state)
+        out.append(link)
+    return tuple(out)
 
 
 def _status(raw: dict[str, Any], where: str) -> TopologyStatus:

@@ -38,6 +38,10 @@ Decisions, with the reason:
 - A link's `local_mac` (meshwire's own field) is a unicast MAC, not all zero
   (`macs.mac_problem`); the two ends' MACs, given or derived, must differ
   (derived ones always do, see `macs.py`).
+- A link end's `impairments` and `state` (meshwire's own, `emulation.py`):
+  percentages 0..100, delay 0..60000 ms, jitter no larger than delay, rate
+  0..1,000,000 Mbit/s, state `up` or `down`. Each end sets its own (they
+  need not agree); a macvlan link to the host cannot carry them.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from meshwire.control.model import emulation
 from meshwire.control.model.macs import end_mac, mac_problem
 from meshwire.control.model.names import dns_subdomain_problem, interface_name_problem
 from meshwire.control.model.topology import LOCALHOST, Link, Topology
@@ -258,6 +263,15 @@ def _each_link_problem(own_name: str, link: Link) -> Iterable[tuple[str, str]]:
     reason = mac_problem(link.local_mac) if link.local_mac else None
     if reason is not None:
         yield "local_mac", reason
+    yield from emulation.problems(link.impairments)
+    reason = emulation.state_problem(link.state)
+    if reason is not None:
+        yield "state", reason
+    if link.to_host and (link.impairments or link.down):
+        yield (
+            "impairments" if link.impairments else "state",
+            "a link to the host (macvlan) cannot be emulated; only pod-to-pod links can",
+        )
 
 
 def _same_address(left: str, right: str) -> bool:

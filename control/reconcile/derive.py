@@ -16,6 +16,12 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
   `id_problem` set, which the driver reports instead of building anything.
 
 Each row's MTU is the link's own `mtu` (given on either end) or the daemon's.
+A link under emulation (model/emulation.py: impairments or a `state` on
+either end) is a grpc row whichever nodes its pods run on: the workers carry
+it, through a gRPC stream to the far node's worker, or to their own node's
+for two pods of one node; every other link stays on the kernel's path (veth,
+vxlan). Each end carries its own impairments; the row is `down` if either
+end's state is.
 Each pod end's MAC is its link's `local_mac` or derived (`model/macs.py`): the
 same on every node, so the same after a restart or a move.
 Links that fail validation, or whose two ends disagree, get no row and a
@@ -101,7 +107,14 @@ def _row(
     link = topology.link(uid)
     assert link is not None  # validate_topology only returns links of this topology
     mac = end_mac(topology.namespace, topology.name, link)
-    local = End(topology.name, topology.status.net_ns, link.local_intf, link.local_ip, mac)
+    local = End(
+        topology.name,
+        topology.status.net_ns,
+        link.local_intf,
+        link.local_ip,
+        mac,
+        link.impairments,
+    )
 
     peer_topology = None if link.to_host else table.get(f"{topology.namespace}/{link.peer_pod}")
     mtu = link_mtu(link, peer_topology, node.mtu)
@@ -115,6 +128,8 @@ def _row(
         vxlan_id: int = 0,
         wire: int = 0,
         id_problem: str = "",
+        down: bool = False,
+        emulated: bool = False,
     ) -> LinkRow:
         return LinkRow(
             topology.namespace,
@@ -127,6 +142,8 @@ def _row(
             vni=vxlan_id,
             wire_id=wire,
             id_problem=id_problem,
+            down=down,
+            emulated=emulated,
         )
 
     if link.to_host:
@@ -141,24 +158,32 @@ def _row(
     peer_link = peer_topology.link(uid)
     assert peer_link is not None  # check_pair found it
     peer_mac = end_mac(topology.namespace, peer_topology.name, peer_link)
-    if peer_status.src_ip == node.node_ip:
+    emulated = link.emulated or peer_link.emulated
+    down = link.down or peer_link.down
+    if peer_status.src_ip == node.node_ip and not emulated:
         net_ns = peer_status.net_ns
         peer = End(peer_topology.name, net_ns, link.peer_intf, link.peer_ip, peer_mac)
         first, second = sorted((local, peer), key=lambda end: (end.pod, end.intf))
         return row(LinkKind.VETH, first, second)
-    remote = End(peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac)
+    remote = End(
+        peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac, peer_link.impairments
+    )
     kind = LinkKind.VXLAN if node.inter_node_link_type == "vxlan" else LinkKind.GRPC
+    if emulated:
+        kind = LinkKind.GRPC
     slot = slots.slot_of(topology.namespace)
     if slot is None:
         return None
     if isinstance(slot, str):
-        return row(kind, local, remote, peer_status.src_ip, id_problem=slot)
+        return row(
+            kind, local, remote, peer_status.src_ip, id_problem=slot, down=down, emulated=emulated
+        )
     try:
         if kind is LinkKind.VXLAN:
             vxlan_id = vni(slot, uid, node.vni_base)
             return row(kind, local, remote, peer_status.src_ip, vxlan_id=vxlan_id)
         wire = wire_id(slot, uid, topology.name, peer_topology.name)
-        return row(kind, local, remote, peer_status.src_ip, wire=wire)
+        return row(kind, local, remote, peer_status.src_ip, wire=wire, down=down, emulated=emulated)
     except IdError as exc:
         problems.append(f"topology {topology.key}: link uid {uid}: uid: {exc}")
         return None

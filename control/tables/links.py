@@ -13,8 +13,10 @@ link down) and the new one inserted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+
+from meshwire.control.model.emulation import Impairments
 
 
 class LinkKind(StrEnum):
@@ -33,6 +35,7 @@ class End:
     or empty for an interface without an address. `mac` is the MAC the
     interface is made with (`model/macs.py`), lower case; "" for a host
     interface (a macvlan's lower device), which meshwire does not make.
+    `impairments` are those of the frames this end sends (model/emulation.py).
     """
 
     pod: str
@@ -40,6 +43,7 @@ class End:
     intf: str
     ip: str = ""
     mac: str = ""
+    impairments: Impairments = field(default_factory=Impairments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,12 @@ class LinkRow:
     # vxlan and grpc: why the link has no id (its namespace got no slot); the
     # driver reports it as the link's error and builds nothing. "" normally.
     id_problem: str = ""
+    # The cable is pulled (`state: down` on either end): both ends without carrier,
+    # no frame passes. Only a grpc row (the workers' path) can be pulled.
+    down: bool = False
+    # A grpc row only because the link is under emulation (impairments or a `state` on
+    # either end): without it, a veth or vxlan. Turning it on or off rebuilds the link.
+    emulated: bool = False
 
     @property
     def key(self) -> str:

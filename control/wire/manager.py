@@ -5,7 +5,8 @@ equal to them:
 
 - the workers (through `WorkerSlots.changed`: the pool asks `desired(wire_id)`
   and hands the worker the AddWire and a duplicate fd, or removes the wire);
-- each TAP's carrier: up exactly while the wire is ready; when it comes up on
+- each TAP's carrier: up exactly while the wire is ready and its cable not
+  pulled (`state.carrier`); when it comes up on
   a TAP new to the manager, the TAP's address is announced (links/announce.py),
   on a thread of its own, so peers' neighbour caches follow a changed MAC;
 - the handshakes: every peer node with a wire that is not ready (or is being
@@ -40,6 +41,7 @@ from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.tables.links import End, LinkRow
 from meshwire.control.wire.state import (
     Wire,
+    carrier,
     judge_offer,
     offer,
     offer_key,
@@ -147,6 +149,7 @@ class WireManager:
             wire.generation = next(self._generation)
             wire.announce = True
             os.close(old)
+        pulled = wire.row.down != row.down
         if not same_far_end(wire.row, row):
             self._unindex(row.key, wire)
             self._lose_far(wire)
@@ -154,7 +157,7 @@ class WireManager:
             self._index(row.key, wire)
         else:
             wire.row = row
-        if fd is not None:
+        if fd is not None or pulled:
             # After the row: an announcement names the new TAP's netns.
             self._carrier(wire)
         self.slots.changed(row.wire_id)
@@ -342,6 +345,12 @@ class WireManager:
                 refs[(worker, wire.row.namespace, wire.far.node_ip, wire.far.data_port)] += 1
         return refs
 
+    def row_of(self, wire_id: int) -> LinkRow | None:
+        """The row of the wire `wire_id` on this node, if any."""
+        key = self._by_id.get(wire_id)
+        wire = self._wires.get(key) if key is not None else None
+        return wire.row if wire is not None else None
+
     def ready(self, key: str) -> bool:
         wire = self._wires.get(key)
         return wire is not None and wire.ready
@@ -396,13 +405,14 @@ class WireManager:
         return False
 
     def _carrier(self, wire: Wire) -> None:
+        on = carrier(wire)
         try:
-            set_carrier(wire.fd, wire.ready)
+            set_carrier(wire.fd, on)
         except OSError as exc:
             # The TAP is gone (its netns was deleted): the reconciler rebuilds it.
             log.debug("wire %s: carrier: %s", wire.row.key, exc)
             return
-        if wire.ready and wire.announce:
+        if on and wire.announce:
             wire.announce = False
             self.announce(wire.row.local)
 

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from meshwire.control.wire.stack import WireStack
+from meshwire.dataplane.counters import IMPAIRED
 
 
 class WireCollector(Collector):
@@ -33,8 +34,24 @@ class WireCollector(Collector):
             "meshwire_wires_in_workers", "Wires the workers hold.", value=pool.held()
         )
         totals = [0] * 6
-        for counters in pool.counters().values():
-            totals = [a + b for a, b in zip(totals, counters.as_list(), strict=True)]
+        impaired = CounterMetricFamily(
+            "meshwire_link_impaired_frames",
+            "Frames an end's impairments acted on, per link end (the frames it sends): "
+            "dropped (loss), delayed, corrupted, duplicated, reordered, overflow (queue "
+            "or rate tail drop).",
+            labels=["link", "pod", "intf", "action"],
+        )
+        for wire_id, counters in pool.counters().items():
+            totals = [a + b for a, b in zip(totals, counters.as_list()[:6], strict=True)]
+            row = manager.row_of(wire_id)
+            if row is None or not row.local.impairments:
+                continue
+            for name in IMPAIRED:
+                labels = [f"{row.namespace}/{row.uid}", row.local.pod, row.local.intf]
+                impaired.add_metric(
+                    [*labels, name.removeprefix("impaired_")], getattr(counters, name)
+                )
+        yield impaired
         for i, (name, doc) in enumerate(
             [
                 ("tx_frames", "Frames read from TAPs and sent to peers."),

@@ -1,6 +1,7 @@
 """The gRPC wire's control side, assembled: manager, workers, handshakes, Peer service.
 
-The daemon builds one when `inter_node_link_type` is `grpc`:
+Every daemon builds one: it carries a grpc node's cross-node links, and on every
+node the links under emulation (impairments or a cable state):
 
     grpc driver ──attach/detach──▶ manager ──changed──▶ worker pool ──fds──▶ workers
                                      ▲  │ nodes queue

@@ -11,8 +11,10 @@ Its state is three facts:
   restarts its end or withdraws it.
 
 Everything else is derived from them, never stored twice: the wire is ready
-iff `far` is set; only a ready wire has its TAP in a worker
-(`worker_command`) and carrier up; a wire that is not ready wants a handshake.
+iff `far` is set; only a ready wire whose cable is not pulled (`row.down`)
+has its TAP in a worker (`worker_command`, with the end's impairments) and
+carrier up; a wire that is not ready wants a handshake. A pulled wire keeps
+its far end, so plugging it back needs no handshake: carrier returns at once.
 `judge_offer` is the callee's side of a handshake. This is why the races KNE
 #743 fixed cannot happen here: only the local reconciler creates a TAP (an
 offer only sets `far`), a wire in no worker holds no stream reference, and a
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from meshwire.control.common.ids import far_end
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.types import FarEnd, TapRef
-from meshwire.dataplane.messages import AddWire
+from meshwire.dataplane.messages import IMPAIRMENT_FIELDS, AddWire
 from meshwire.proto import meshwire_pb2
 
 
@@ -77,15 +79,22 @@ def same_far_end(old: LinkRow, new: LinkRow) -> bool:
 
 def worker_command(wire: Wire) -> AddWire | None:
     """What the owning worker must hold for this wire: the AddWire of a ready wire, else nothing."""
-    if wire.far is None:
+    if wire.far is None or wire.row.down:
         return None
+    impairments = wire.row.local.impairments
     return AddWire(
         wire.row.wire_id,
         wire.row.namespace,
         wire.far.node_ip,
         wire.far.data_port,
         wire.far.wire_id,
+        tuple(getattr(impairments, name) for name in IMPAIRMENT_FIELDS) if impairments else (),
     )
+
+
+def carrier(wire: Wire) -> bool:
+    """Whether the wire's TAP has carrier: joined to its far end, and the cable not pulled."""
+    return wire.ready and not wire.row.down
 
 
 def offer(wire: Wire, data_port: int) -> meshwire_pb2.WireOffer:
