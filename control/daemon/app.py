@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from meshwire.control.auth.certs import CredentialError
 from meshwire.control.cni.endpoint import CniEndpoint
 from meshwire.control.common.config import Config
 from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_patiently
@@ -50,10 +51,7 @@ from meshwire.control.daemon.sandbox_store import SandboxStore
 from meshwire.control.daemon.slot_keeper import SlotKeeper
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
-from meshwire.control.links.driver import Drivers, KindDriver
-from meshwire.control.links.macvlan import MacvlanDriver
-from meshwire.control.links.veth import VethDriver
-from meshwire.control.links.vxlan import VxlanDriver
+from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks, new_links_table
 from meshwire.control.reconcile.prune import prune
@@ -98,12 +96,8 @@ class Daemon:
         self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots)
         # Every node runs the wire stack: besides a grpc node's cross-node links, every
         # link under emulation (impairments or a cable state) is a grpc row.
-        self.wire: WireStack | None = WireStack(config)
-        drivers: dict[LinkKind, KindDriver] = {
-            LinkKind.VETH: VethDriver(),
-            LinkKind.VXLAN: VxlanDriver(port=config.vxlan.port),
-            LinkKind.MACVLAN: MacvlanDriver(),
-        }
+        self.wire = _wire_stack(config)
+        drivers = kernel_drivers(vxlan_port=config.vxlan.port)
         if self.wire is not None:
             drivers[LinkKind.GRPC] = self.wire.driver
         self.driver = Drivers(drivers)
@@ -337,6 +331,24 @@ class Daemon:
         message = "; ".join(errors)
         if message != topology.status.plumbing_error:
             self.status.set(pod, plumbing_error=message)
+
+
+def _wire_stack(config: Config) -> WireStack | None:
+    """The wire stack; on a vxlan node whose cluster credentials cannot be read, none:
+    a vxlan node needs them only for links under emulation, which then fail naming
+    this (a grpc node without them does not start, naming the config key)."""
+    try:
+        return WireStack(config)
+    except CredentialError as exc:
+        if config.inter_node_link_type == "grpc":
+            raise
+        log.warning(
+            "no wire stack on this vxlan node: %s; links under emulation (impairments or "
+            "a cable state) cannot be built here until `meshwire certs init`'s Secret is "
+            "mounted",
+            exc,
+        )
+        return None
 
 
 async def _until_stopped(
