@@ -76,6 +76,9 @@ class LinkReconciler:
         # Deleted rows not yet torn down (the table no longer has them): what is
         # deleted when nothing was realised by this process (a restart).
         self._deleted: dict[str, LinkRow] = {}
+        # key -> (start, end) on time.monotonic() of the row's last update pass,
+        # driver calls included, success or not (`pass_span`).
+        self._passes: dict[str, tuple[float, float]] = {}
         self._initial: set[str] | None = None
         self._closed = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="netlink")
@@ -147,6 +150,7 @@ class LinkReconciler:
                     await self._call(self.driver.delete, old)
                 self._deleted.pop(key, None)
                 self._realised.pop(key, None)
+                self._passes.pop(key, None)
                 self.queue.forget(key)
                 self._record_duration("delete", started, True)
                 return
@@ -163,9 +167,12 @@ class LinkReconciler:
             self._realised[key] = row
             await self._call(self.driver.update, row)
         except Exception as exc:  # every failure is recorded and retried, never dropped
+            if row is not None:
+                self._passes[key] = (started, time.monotonic())
             self._failed(key, row, exc)
             self._record_duration("delete" if row is None else "update", started, False)
             return
+        self._passes[key] = (started, time.monotonic())
         self.queue.forget(key)
         self._set_status(row, LinkStatus(State.DONE))
         self._record_duration("update", started, True)
@@ -225,6 +232,16 @@ class LinkReconciler:
             if status is not None and status.state is State.ERROR:
                 out.append(status.message)
         return out
+
+    def pass_span(self, keys: Iterable[str], since: float) -> tuple[float, float] | None:
+        """(earliest start, latest end) on time.monotonic() of the last update passes
+        over `keys` that started at or after `since`; None if none did."""
+        spans = [
+            span for key in keys if (span := self._passes.get(key)) is not None and span[0] >= since
+        ]
+        if not spans:
+            return None
+        return min(start for start, _ in spans), max(end for _, end in spans)
 
     def ends_wanted(self) -> set[tuple[str, str]]:
         """(netns, interface) of every end some row wants; pruning keeps these."""
