@@ -3,7 +3,9 @@
 What a caller may rely on:
 
 - Every change to a row (insert, update, delete) queues its key; the queue
-  coalesces, debounces and never runs one key twice at once.
+  coalesces (a first change at once, later ones behind a short quiet) and
+  never runs one key twice at once. A delete always waits the quiet
+  (`reconcile.debounce`): a row back by then is updated, never torn down.
 - A row is realised by `driver.update(row)`, which reads the kernel back and
   repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
   deleting what does not exist is success. When a row's ends move (new netns,
@@ -79,6 +81,9 @@ class LinkReconciler:
         # key -> (start, end) on time.monotonic() of the row's last update pass,
         # driver calls included, success or not (`pass_span`).
         self._passes: dict[str, tuple[float, float]] = {}
+        # key -> one future per `status_change()` caller waiting on that key,
+        # resolved (and the entry dropped) by the key's next status set.
+        self._status_waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._initial: set[str] | None = None
         self._closed = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="netlink")
@@ -109,10 +114,15 @@ class LinkReconciler:
             if change.deleted:
                 self._deleted[change.key] = change.obj
                 self.statuses.pop(change.key, None)
+                # A delete waits out the queue's quiet: a row that leaves and
+                # comes back meanwhile (two Topology objects edited one after
+                # the other, whose ends disagree in between; a pod's DEL and
+                # ADD) is updated in place, not torn down and built again.
+                self.queue.add_after(change.key, self.queue.debounce)
             else:
                 self._deleted.pop(change.key, None)
                 self._set_status(change.obj, LinkStatus())
-            self.queue.add(change.key)
+                self.queue.add(change.key)
         # A row of the initial set that left the table is no longer waited for.
         self._check_initial()
 
@@ -208,6 +218,29 @@ class LinkReconciler:
         if self._on_status is not None:
             self._on_status(row, status)
         self._check_initial()
+        for changed in self._status_waiters.pop(row.key, []):
+            if not changed.done():
+                changed.set_result(None)
+
+    async def status_change(self, keys: Iterable[str]) -> None:
+        """Return once the status of one of the rows `keys` is set again (a poller's
+        early wake-up: only the rows it polls wake it).
+
+        Bound it with a timeout: nothing may change. Cancelling it leaves nothing.
+        """
+        changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watched = list(keys)
+        for key in watched:
+            self._status_waiters.setdefault(key, []).append(changed)
+        try:
+            await changed
+        finally:
+            for key in watched:
+                waiters = self._status_waiters.get(key)
+                if waiters is not None and changed in waiters:
+                    waiters.remove(changed)
+                    if not waiters:
+                        del self._status_waiters[key]
 
     def _check_initial(self) -> None:
         if self._initial is None or self.initial_done.is_set():
