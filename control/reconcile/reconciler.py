@@ -84,6 +84,10 @@ class LinkReconciler:
         # key -> one future per `status_change()` caller waiting on that key,
         # resolved (and the entry dropped) by the key's next status set.
         self._status_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        # The rows of the table when it was initialized that have not been
+        # attempted yet (still PENDING) and are still in it; None before then.
+        # Only shrinks: a key leaves it at its first status past PENDING or when
+        # its row is deleted (O(1) each, whatever the table's size).
         self._initial: set[str] | None = None
         self._closed = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="netlink")
@@ -106,7 +110,11 @@ class LinkReconciler:
 
     async def _track_initial(self) -> None:
         await self.links.wait_initialized()
-        self._initial = set(self.links.keys())
+        self._initial = {
+            key
+            for key in self.links
+            if self.statuses.get(key, LinkStatus()).state is State.PENDING
+        }
         self._check_initial()
 
     def _intake(self) -> None:
@@ -114,6 +122,8 @@ class LinkReconciler:
             if change.deleted:
                 self._deleted[change.key] = change.obj
                 self.statuses.pop(change.key, None)
+                if self._initial is not None:
+                    self._initial.discard(change.key)
                 # A delete waits out the queue's quiet: a row that leaves and
                 # comes back meanwhile (two Topology objects edited one after
                 # the other, whose ends disagree in between; a pod's DEL and
@@ -217,6 +227,8 @@ class LinkReconciler:
         self.statuses[row.key] = status
         if self._on_status is not None:
             self._on_status(row, status)
+        if self._initial is not None and status.state is not State.PENDING:
+            self._initial.discard(row.key)
         self._check_initial()
         for changed in self._status_waiters.pop(row.key, []):
             if not changed.done():
@@ -243,14 +255,7 @@ class LinkReconciler:
                         del self._status_waiters[key]
 
     def _check_initial(self) -> None:
-        if self._initial is None or self.initial_done.is_set():
-            return
-        self._initial = {
-            key
-            for key in self._initial
-            if key in self.links and self.statuses.get(key, LinkStatus()).state is State.PENDING
-        }
-        if not self._initial:
+        if self._initial is not None and not self._initial and not self.initial_done.is_set():
             self.initial_done.set()
 
     def _record_duration(self, op: str, started: float, ok: bool) -> None:
