@@ -111,9 +111,7 @@ class LinkReconciler:
     async def _track_initial(self) -> None:
         await self.links.wait_initialized()
         self._initial = {
-            key
-            for key in self.links
-            if self.statuses.get(key, LinkStatus()).state is State.PENDING
+            key for key in self.links if self.statuses.get(key, LinkStatus()).state is State.PENDING
         }
         self._check_initial()
 
