@@ -15,16 +15,18 @@ from typing import Any
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_GETADDR
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from meshwire.control.model.macs import mac_problem
 from meshwire.control.model.names import interface_name_problem
 from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 
+from . import rtnl
 from .errors import SpecError
 from .names import ADDRESS_PROTO, Mark, parse_mark
-from .netns import Netns
+from .netns import Netlink, Netns
 
-IFF_UP = 0x1
+IFF_UP = rtnl.IFF_UP
 IFA_F_NODAD = 0x02
 
 Address = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -73,14 +75,53 @@ def _iface(msg: Any) -> Iface:
     )
 
 
-def find(ipr: Any, name: str) -> Iface | None:
+def find(ipr: Netlink, name: str) -> Iface | None:
     """The interface called `name` in `ipr`'s netns, or None."""
     try:
-        return _iface(ipr.link("get", ifname=name)[0])
+        replies = ipr.rtnl.request(rtnl.get_link(name))
     except NetlinkError as exc:
         if exc.code == errno.ENODEV:
             return None
         raise
+    for kind, body in replies:
+        if kind == rtnl.RTM_NEWLINK:
+            return from_message(body)
+    return None
+
+
+def from_message(body: bytes) -> Iface:
+    """The `Iface` an RTM_NEWLINK body describes (one with kind-specific data through
+    pyroute2's decoder, whose attribute names `Iface.info` holds)."""
+    link = rtnl.parse_link(body)
+    if link is None:
+        msg = ifinfmsg(rtnl.message(rtnl.RTM_NEWLINK, 0, 0, body))
+        msg.decode()
+        return _iface(msg)
+    return Iface(
+        index=link.index,
+        name=link.name,
+        kind=link.kind,
+        mark=parse_mark(link.alias),
+        mtu=link.mtu,
+        up=bool(link.flags & IFF_UP),
+        link=link.link,
+        link_netnsid=link.link_netnsid,
+        info={},
+    )
+
+
+def set_link(
+    ipr: Netlink,
+    index: int,
+    *,
+    name: str = "",
+    alias: str = "",
+    mac: str = "",
+    mtu: int = 0,
+    up: bool = False,
+) -> None:
+    """Change interface `index` in one request (see `rtnl.set_link`)."""
+    ipr.rtnl.request(rtnl.set_link(index, name=name, alias=alias, mac=mac, mtu=mtu, up=up))
 
 
 def dump(ipr: Any) -> list[Iface]:
@@ -146,17 +187,14 @@ def converge(ipr: Any, iface: Iface, mark: Mark, mtu: int, cidr: str) -> None:
     address someone else configured stays. On kernels before 6.1 (no IFA_PROTO)
     a replaced address is left behind.
     """
-    changes: dict[str, Any] = {}
-    if iface.mark != mark:
-        changes["ifalias"] = mark.format()
-    if mtu and iface.mtu != mtu:
-        changes["mtu"] = mtu
-    if changes:
-        ipr.link("set", index=iface.index, **changes)
+    alias = mark.format() if iface.mark != mark else ""
+    new_mtu = mtu if mtu and iface.mtu != mtu else 0
+    if alias or new_mtu:
+        set_link(ipr, iface.index, alias=alias, mtu=new_mtu)
     messages = [] if iface.fresh else addresses(ipr, iface.index)
     _converge_addresses(ipr, iface.index, parse_address(cidr), messages)
     if not iface.up:
-        ipr.link("set", index=iface.index, state="up")
+        set_link(ipr, iface.index, up=True)
 
 
 def addresses(ipr: Any, index: int) -> list[Any]:
@@ -190,11 +228,4 @@ def _converge_addresses(ipr: Any, index: int, want: Address | None, messages: li
             ipr.addr("del", index=index, address=str(have.ip), prefixlen=msg["prefixlen"])
     if want is not None and not present:
         flags = IFA_F_NODAD if want.version == 6 else 0
-        ipr.addr(
-            "add",
-            index=index,
-            address=str(want.ip),
-            prefixlen=want.network.prefixlen,
-            proto=ADDRESS_PROTO,
-            flags=flags,
-        )
+        ipr.rtnl.request(rtnl.new_address(index, want, ADDRESS_PROTO, flags))

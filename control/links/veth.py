@@ -15,7 +15,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..tables.links import LinkRow
-from . import iface
+from . import iface, rtnl
 from .announce import announce
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
@@ -74,19 +74,12 @@ class VethDriver:
             if found is not None:
                 iface.delete(ipr, found.index)
         local_temp, peer_temp = _temps(row)
-        add: dict[str, Any] = {
-            "ifname": local_temp,
-            "kind": KIND,
-            "peer": {"ifname": peer_temp, "net_ns_fd": peer[1].fd},
-        }
-        if row.mtu:
-            add["mtu"] = row.mtu
-            add["peer"]["mtu"] = row.mtu
+        create = rtnl.new_veth(local_temp, peer_temp, peer[1].fd, row.mtu)
         # Asked of the local end's netns, where that end is made; the peer's
         # goes straight into its own.
         made = create_and_place(
             mark,
-            lambda: local[0].link("add", **add),
+            lambda: local[0].rtnl.request(create),
             [
                 Placement(local_temp, local[1], local[0], row.local.intf, row.local.mac),
                 Placement(peer_temp, peer[1], peer[0], row.peer.intf, row.peer.mac),
