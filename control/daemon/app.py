@@ -47,6 +47,7 @@ from meshwire.control.daemon.sandbox_store import SandboxStore
 from meshwire.control.daemon.slot_keeper import SlotKeeper
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
+from meshwire.control.links.announce import Announcer
 from meshwire.control.links.driver import Drivers, KindDriver
 from meshwire.control.links.macvlan import MacvlanDriver
 from meshwire.control.links.veth import VethDriver
@@ -95,10 +96,11 @@ class Daemon:
         self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots)
         # Only a grpc node runs the wire stack: derivation makes grpc rows nowhere else.
         self.wire = WireStack(config) if config.inter_node_link_type == "grpc" else None
+        announcer = Announcer()
         drivers: dict[LinkKind, KindDriver] = {
-            LinkKind.VETH: VethDriver(),
-            LinkKind.VXLAN: VxlanDriver(port=config.vxlan.port),
-            LinkKind.MACVLAN: MacvlanDriver(),
+            LinkKind.VETH: VethDriver(announcer),
+            LinkKind.VXLAN: VxlanDriver(port=config.vxlan.port, announcer=announcer),
+            LinkKind.MACVLAN: MacvlanDriver(announcer=announcer),
         }
         if self.wire is not None:
             drivers[LinkKind.GRPC] = self.wire.driver

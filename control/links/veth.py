@@ -16,7 +16,7 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface, rtnl
-from .announce import announce
+from .announce import Announcer
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -26,6 +26,10 @@ KIND = "veth"
 
 
 class VethDriver:
+    def __init__(self, announcer: Announcer | None = None) -> None:
+        """`announcer`: where new ends' announcements are queued (default: one of its own)."""
+        self._announcer = announcer if announcer is not None else Announcer()
+
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         for end in (row.local, row.peer):
@@ -53,8 +57,8 @@ class VethDriver:
             with blame(mark.link, row.peer.netns, row.peer.intf):
                 iface.converge(pipr, peer, mark, row.mtu, row.peer.ip)
             if local.fresh:
-                announce(lns, row.local)
-                announce(pns, row.peer)
+                self._announcer.later(row.local)
+                self._announcer.later(row.peer)
 
     def delete(self, row: LinkRow) -> None:
         """Remove both ends if they are this link's veths; a gone netns or end is success."""

@@ -26,7 +26,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..tables.links import LinkRow
 from . import iface
-from .announce import announce
+from .announce import Announcer
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -38,10 +38,14 @@ MAX_VNI = 2**24 - 1
 
 
 class VxlanDriver:
-    def __init__(self, host_netns: str = "", port: int = VXLAN_PORT) -> None:
-        """`host_netns`: where devices are created and their UDP sockets live ("": the caller's)."""
+    def __init__(
+        self, host_netns: str = "", port: int = VXLAN_PORT, announcer: Announcer | None = None
+    ) -> None:
+        """`host_netns`: where devices are created and their UDP sockets live ("": the caller's);
+        `announcer`: where new ends' announcements are queued (default: one of its own)."""
         self._host = host_netns or CURRENT
         self._port = port
+        self._announcer = announcer if announcer is not None else Announcer()
 
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
@@ -80,7 +84,7 @@ class VxlanDriver:
                     )
             iface.converge(ipr, found, mark, row.mtu, end.ip)
             if found.fresh:
-                announce(ns, end)
+                self._announcer.later(end)
 
     def delete(self, row: LinkRow) -> None:
         """Remove the device if it is this link's vxlan; a gone netns or device is success."""
