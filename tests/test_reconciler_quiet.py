@@ -69,3 +69,21 @@ async def test_a_link_taken_out_for_good_is_deleted_once_the_quiet_is_over() -> 
         assert scenario.driver.kernel == {}
     finally:
         await scenario.daemon.stop()
+
+
+async def test_a_restarted_pods_link_is_rebuilt_at_once_even_right_after_a_pass() -> None:
+    # DEL then ADD a moment later: the row goes and comes back with the new
+    # netns. Nothing to coalesce it with, so it waits for no quiet.
+    scenario = await linked_pair()
+    try:
+        scenario.cmd_unplace("r2")
+        await scenario.cmd_settle()
+        scenario.cmd_place("r2", "/ns/r2-restarted")
+        await scenario.cmd_settle()
+
+        assert scenario.clock.now() == 0.0
+        # The old ends are cleared (the fake driver logs move as a delete), then built.
+        assert scenario.driver.log == [f"update({KEY})", f"delete({KEY})", f"update({KEY})"]
+        assert ("/ns/r2-restarted", "eth1") in scenario.driver.kernel
+    finally:
+        await scenario.daemon.stop()

@@ -5,7 +5,9 @@ What a caller may rely on:
 - Every change to a row (insert, update, delete) queues its key; the queue
   coalesces (a first change at once, later ones behind a short quiet) and
   never runs one key twice at once. A delete always waits the quiet
-  (`reconcile.debounce`): a row back by then is updated, never torn down.
+  (`reconcile.debounce`): a row back by then is updated, never torn down. A
+  row new to this process, or back from a delete, is taken at once even
+  within the quiet: there is nothing to coalesce it with.
 - A row is realised by `driver.update(row)`, which reads the kernel back and
   repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
   deleting what does not exist is success. When a row's ends move (new netns,
@@ -128,9 +130,14 @@ class LinkReconciler:
                 # ADD) is updated in place, not torn down and built again.
                 self.queue.add_after(change.key, self.queue.debounce)
             else:
-                self._deleted.pop(change.key, None)
+                back = self._deleted.pop(change.key, None) is not None
                 self._set_status(change.obj, LinkStatus())
-                self.queue.add(change.key)
+                if back or change.key not in self._realised:
+                    # A row new, or back from a delete (a pod's DEL then ADD):
+                    # no earlier pass to coalesce with, whatever the quiet says.
+                    self.queue.add_after(change.key, 0)
+                else:
+                    self.queue.add(change.key)
         # A row of the initial set that left the table is no longer waited for.
         self._check_initial()
 
