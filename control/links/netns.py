@@ -7,7 +7,7 @@ the path.
 
 `netlink(ns)` gives a `Netlink`: a raw rtnetlink socket (`rtnl.py`) and a
 pyroute2 `IPRoute`, each socket created inside the namespace by
-`netns_thread.call_in_netns`; a netlink socket stays bound to the
+`netns_thread.SocketMaker`; a netlink socket stays bound to the
 netns it was created in, so the calling thread (and process) never changes netns
 and nothing forks (pyroute2's own `netns=` forks a child per socket, which a
 process with gRPC threads must avoid).
@@ -27,7 +27,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from meshwire.dataplane.netns_thread import CLONE_NEWNET, call_in_netns
+from meshwire.dataplane.netns_thread import CLONE_NEWNET, SocketMaker
 
 from .rtnl import Rtnl
 
@@ -35,6 +35,9 @@ from .rtnl import Rtnl
 CURRENT = "/proc/thread-self/ns/net"
 # ioctl on a namespace file: which kind of namespace it is (Linux 4.11+).
 NS_GET_NSTYPE = 0xB703
+# Every socket the drivers make in a pod netns: one thread for the process,
+# entering each netns only for socket() (see SocketMaker).
+_SOCKETS = SocketMaker()
 
 
 class NetnsGone(Exception):
@@ -99,7 +102,7 @@ def _netlink_socket_in(ns: Netns) -> int:
 
 def socket_in(ns: Netns, family: int, kind: int, proto: int = 0) -> socket.socket:
     """A socket created inside `ns`; it stays bound to `ns` whichever thread uses it."""
-    return call_in_netns(ns.fd, lambda: socket.socket(family, kind, proto), ns.path)
+    return _SOCKETS.socket(ns.fd, family, kind, proto, ns.path)
 
 
 class Netlink:
