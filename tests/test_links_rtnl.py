@@ -65,6 +65,24 @@ def test_a_veth_without_an_mtu_leaves_it_to_the_kernel() -> None:
     assert msg.get_attr("IFLA_MTU") is None
 
 
+@pytest.mark.parametrize(
+    ("remote", "group"), [("169.254.0.12", "IFLA_VXLAN_GROUP"), ("fd00::12", "IFLA_VXLAN_GROUP6")]
+)
+def test_a_vxlan_is_created_into_the_pod_netns_with_its_vni_remote_and_port(
+    remote: str, group: str
+) -> None:
+    msg = decoded_link(rtnl.new_vxlan("mwtmp0", 42, 5001, ipaddress.ip_address(remote), 4790, 1400))
+    assert msg.get_attr("IFLA_IFNAME") == "mwtmp0"
+    assert msg.get_attr("IFLA_NET_NS_FD") == 42
+    assert msg.get_attr("IFLA_MTU") == 1400
+    info = msg.get_attr("IFLA_LINKINFO")
+    assert info.get_attr("IFLA_INFO_KIND") == "vxlan"
+    data = info.get_attr("IFLA_INFO_DATA")
+    assert data.get_attr("IFLA_VXLAN_ID") == 5001
+    assert data.get_attr(group) == remote
+    assert data.get_attr("IFLA_VXLAN_PORT") == 4790
+
+
 def test_a_change_carries_exactly_the_fields_given_and_raises_only_when_asked() -> None:
     msg = decoded_link(
         rtnl.set_link(
@@ -232,6 +250,7 @@ def test_a_change_and_an_address_land_as_pyroute2s_would(namespaces: Namespaces)
             )
 
         def shape(index: int) -> list[tuple[int, int, int, list[str], int]]:
+            """The addresses meshwire added, as pyroute2 reads them."""
             return sorted(
                 (
                     m["family"],
@@ -240,7 +259,7 @@ def test_a_change_and_an_address_land_as_pyroute2s_would(namespaces: Namespaces)
                     sorted(n for n, _ in m["attrs"]),
                     m.get_attr("IFA_PROTO") or 0,
                 )
-                for m in iface.addresses(ipr, index)
+                for m in ipr.ipr.get_addr(index=index)
                 if m.get_attr("IFA_PROTO") == ADDRESS_PROTO
             )
 
@@ -250,3 +269,66 @@ def test_a_change_and_an_address_land_as_pyroute2s_would(namespaces: Namespaces)
         assert a is not None and b is not None
         assert (a.mark, a.mtu, a.up) == (b.mark, b.mtu, b.up) == (a.mark, 1400, True)
         assert a.mark is not None and a.mark.format() == "meshwire:default/1"
+
+
+@needs_root
+@pytest.mark.root
+def test_a_vxlan_made_by_hand_reads_back_as_one_pyroute2_made(namespaces: Namespaces) -> None:
+    host, pod = namespaces.add("host"), namespaces.add("pod")
+    with open_netns(host) as hns, open_netns(pod) as ns, netlink(hns) as hipr, netlink(ns) as ipr:
+        remote = ipaddress.ip_address("169.254.0.12")
+        hipr.rtnl.request(rtnl.new_vxlan("vx0", ns.fd, 5001, remote, 4790, 1400))
+        hipr.ipr.link(
+            "add",
+            ifname="vx1",
+            kind="vxlan",
+            net_ns_fd=ns.fd,
+            vxlan_id=5002,
+            vxlan_group=str(remote),
+            vxlan_port=4790,
+            mtu=1400,
+        )
+        ours, theirs = iface.find(ipr, "vx0"), iface.find(ipr, "vx1")
+        assert ours is not None and theirs is not None
+        assert ours.info.pop("IFLA_VXLAN_ID") == 5001
+        assert theirs.info.pop("IFLA_VXLAN_ID") == 5002
+        assert ours.info == theirs.info
+        assert (ours.kind, ours.mtu, ours.link_netnsid is not None) == ("vxlan", 1400, True)
+        # Its UDP socket is the host's: the same VNI and port again is refused there.
+        with pytest.raises(NetlinkError) as held:
+            hipr.rtnl.request(rtnl.new_vxlan("vx2", ns.fd, 5001, remote, 4790))
+        assert held.value.code == errno.EEXIST
+
+
+@needs_root
+@pytest.mark.root
+def test_addresses_and_netns_ids_read_back_as_pyroute2_reads_them(
+    namespaces: Namespaces,
+) -> None:
+    pod, peer = namespaces.add("a"), namespaces.add("b")
+    with open_netns(pod) as ns, open_netns(peer) as pns, netlink(ns) as ipr:
+        assert iface.nsid_of(ipr, pns) is None  # no id given before anything needs one
+        ipr.rtnl.request(rtnl.new_veth("v0", "v1", pns.fd))
+        ipr.rtnl.request(rtnl.new_veth("w0", "w1", pns.fd))
+        v0, w0 = iface.find(ipr, "v0"), iface.find(ipr, "w0")
+        assert v0 is not None and w0 is not None and v0.link_netnsid is not None
+        assert iface.nsid_of(ipr, pns) == v0.link_netnsid
+        assert ipr.ipr.get_netnsid(fd=pns.fd)["nsid"] == v0.link_netnsid
+        for cidr in ("10.0.0.1/30", "2001:db8::1/64", "10.9.0.1/24"):
+            want = ipaddress.ip_interface(cidr)
+            ipr.rtnl.request(rtnl.new_address(v0.index, want, ADDRESS_PROTO))
+        ip("-n", netns_name(pod), "address", "add", "10.7.0.1/24", "dev", "w0")
+        ours = iface.addresses(ipr, v0.index)
+        theirs = [m for m in ipr.ipr.addr("dump") if m["index"] == v0.index]
+        assert len(ours) == len(theirs) >= 3  # and the IPv6 link-local, once up
+        assert {(a.interface, a.proto) for a in ours} == {
+            (
+                ipaddress.ip_interface(
+                    f"{m.get_attr('IFA_LOCAL') or m.get_attr('IFA_ADDRESS')}/{m['prefixlen']}"
+                ),
+                m.get_attr("IFA_PROTO"),
+            )
+            for m in theirs
+        }
+        assert all(a.index == v0.index for a in ours)
+        assert [str(a.interface) for a in iface.addresses(ipr, w0.index)] == ["10.7.0.1/24"]

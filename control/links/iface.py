@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETADDR
-from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from meshwire.control.model.macs import mac_problem
@@ -139,9 +137,10 @@ def delete(ipr: Any, index: int) -> None:
 
 def nsid_of(ipr: Any, ns: Netns) -> int | None:
     """The id `ipr`'s netns gives `ns` (IFLA_LINK_NETNSID refers to it), None if unassigned."""
-    reply = ipr.get_netnsid(fd=ns.fd)
-    nsid = reply.get("nsid") if reply else None
-    return nsid if isinstance(nsid, int) and nsid >= 0 else None
+    for kind, body in ipr.rtnl.request(rtnl.get_nsid(ns.fd)):
+        if kind == rtnl.RTM_NEWNSID:
+            return rtnl.parse_nsid(body)
+    return None
 
 
 def links_into(ipr: Any, iface: Iface, home: Netns, target: Netns) -> bool:
@@ -197,35 +196,32 @@ def converge(ipr: Any, iface: Iface, mark: Mark, mtu: int, cidr: str) -> None:
         set_link(ipr, iface.index, up=True)
 
 
-def addresses(ipr: Any, index: int) -> list[Any]:
-    """The RTM_NEWADDR messages of interface `index` (every family).
+def addresses(ipr: Netlink, index: int) -> list[rtnl.Address]:
+    """The addresses of interface `index` (every family).
 
     The request names the ifindex, so on a strict-checking socket (`netns.netlink`
     opens them so) the kernel sends only that interface's addresses: O(its own)
-    per call. pyroute2's `addr("dump", index=...)` asks for every address of the
-    netns and filters them itself, which makes a pod with 1,500 links quadratic.
-    Messages of other interfaces (a socket without strict checking) are dropped.
+    per call, where filtering a dump of the netns would make a pod with 1,500
+    links quadratic. Those of other interfaces, should any come, are dropped.
     """
-    request = ifaddrmsg()
-    request["index"] = index
-    core = ipr.asyncore
-
-    async def collect() -> list[Any]:
-        return [msg async for msg in await core.nlm_request(request, RTM_GETADDR)]
-
-    return [msg for msg in core.event_loop.run_until_complete(collect()) if msg["index"] == index]
+    return [
+        address
+        for kind, body in ipr.rtnl.request(rtnl.get_addresses(index))
+        if kind == rtnl.RTM_NEWADDR and (address := rtnl.parse_address(body)).index == index
+    ]
 
 
-def _converge_addresses(ipr: Any, index: int, want: Address | None, messages: list[Any]) -> None:
-    """`messages`: the interface's RTM_NEWADDR messages, as `addresses` gives them."""
-    present = False
-    for msg in messages:
-        local = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
-        have = ipaddress.ip_interface(f"{local}/{msg['prefixlen']}")
+def _converge_addresses(
+    ipr: Any, index: int, want: Address | None, present: list[rtnl.Address]
+) -> None:
+    """`present`: the interface's addresses, as `addresses` gives them."""
+    found = False
+    for each in present:
+        have = each.interface
         if have == want:
-            present = True
-        elif msg.get_attr("IFA_PROTO") == ADDRESS_PROTO:
-            ipr.addr("del", index=index, address=str(have.ip), prefixlen=msg["prefixlen"])
-    if want is not None and not present:
+            found = True
+        elif each.proto == ADDRESS_PROTO:
+            ipr.addr("del", index=index, address=str(have.ip), prefixlen=each.prefixlen)
+    if want is not None and not found:
         flags = IFA_F_NODAD if want.version == 6 else 0
         ipr.rtnl.request(rtnl.new_address(index, want, ADDRESS_PROTO, flags))

@@ -25,7 +25,7 @@ from typing import Any
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..tables.links import LinkRow
-from . import iface
+from . import iface, rtnl
 from .announce import Announcer
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
@@ -66,16 +66,7 @@ class VxlanDriver:
                 if found is not None:
                     iface.delete(ipr, found.index)
                 temp = temp_name(row.key, Role.VXLAN)
-                add = {
-                    "ifname": temp,
-                    "kind": KIND,
-                    "net_ns_fd": ns.fd,
-                    "vxlan_id": row.vni,
-                    "vxlan_group6" if remote.version == 6 else "vxlan_group": str(remote),
-                    "vxlan_port": self._port,
-                }
-                if row.mtu:
-                    add["mtu"] = row.mtu
+                add = rtnl.new_vxlan(temp, ns.fd, row.vni, remote, self._port, row.mtu)
                 with open_netns(self._host) as hns, netlink(hns) as host:
                     (found,) = create_and_place(
                         mark,
@@ -93,9 +84,9 @@ class VxlanDriver:
             temp = temp_name(row.key, Role.VXLAN)
             delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
 
-    def _add(self, host: Any, add: dict[str, Any], row: LinkRow) -> None:
+    def _add(self, host: Any, add: tuple[int, int, bytes], row: LinkRow) -> None:
         try:
-            host.link("add", **add)
+            host.rtnl.request(add)
         except NetlinkError as exc:
             if exc.code != errno.EEXIST:
                 raise
