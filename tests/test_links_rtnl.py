@@ -41,6 +41,12 @@ def test_a_link_read_names_the_interface_only() -> None:
     assert msg.get_attr("IFLA_IFNAME") == "eth1"
 
 
+def test_a_delete_names_the_interface_by_index_only() -> None:
+    msg = decoded_link(rtnl.del_link(12))
+    assert msg["header"]["type"] == rtnl.RTM_DELLINK
+    assert (msg["index"], msg["flags"], msg["change"], msg["attrs"]) == (12, 0, 0, [])
+
+
 def test_a_veth_is_created_with_its_peer_in_the_peer_netns_and_both_mtus() -> None:
     kind, flags, body = rtnl.new_veth("mwtmp0", "mwtmp1", 42, 9000)
     assert kind == rtnl.RTM_NEWLINK
@@ -209,7 +215,11 @@ def test_a_refusal_is_pyroute2s_error_with_the_kernels_code(namespaces: Namespac
             ipr.rtnl.request(rtnl.new_veth("v0", "v2", pns.fd))
         assert taken.value.code == errno.EEXIST
         # The socket is in step after a refusal: the next answer is its own.
-        assert iface.find(ipr, "v0") is not None
+        found = iface.find(ipr, "v0")
+        assert found is not None
+        iface.delete(ipr, found.index)
+        iface.delete(ipr, found.index)  # already gone: success
+        assert iface.find(ipr, "v0") is None
 
 
 @needs_root

@@ -19,6 +19,7 @@ new ends' announcements on an `Announcer`, which sends them off their path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import logging
 import queue
@@ -90,7 +91,9 @@ def announce(ns: Netns, *ends: End) -> None:
                 for frame in frames(mac, end.ip):
                     sock.send(frame)
             except OSError as exc:
-                log.warning("announce %s in %s: %s", end.intf, ns.path, exc)
+                # Gone meanwhile (made again, or its pod deleted): nothing to announce.
+                level = logging.DEBUG if exc.errno == errno.ENODEV else logging.WARNING
+                log.log(level, "announce %s in %s: %s", end.intf, ns.path, exc)
 
 
 def announce_at(*ends: End) -> None:

@@ -126,10 +126,10 @@ def dump(ipr: Any) -> list[Iface]:
     return [_iface(msg) for msg in ipr.link("dump")]
 
 
-def delete(ipr: Any, index: int) -> None:
+def delete(ipr: Netlink, index: int) -> None:
     """Delete interface `index`; one that is already gone is success."""
     try:
-        ipr.link("del", index=index)
+        ipr.rtnl.request(rtnl.del_link(index))
     except NetlinkError as exc:
         if exc.code != errno.ENODEV:
             raise

@@ -5,7 +5,8 @@ a full message decode), 20-50 times what the kernel takes; building a veth
 pair takes about 11 requests. The requests on that path are coded here by
 hand: read an interface by name (`get_link`), create a veth pair or a vxlan
 device in place (`new_veth`, `new_vxlan`), change an interface (`set_link`:
-name, alias, MAC, MTU, up), add an address (`new_address`), and what a full
+name, alias, MAC, MTU, up), delete one (`del_link`), add an address
+(`new_address`), and what a full
 pass reads back: an interface's addresses (`get_addresses`) and the id a
 netns gives another (`get_nsid`). Everything else stays with pyroute2.
 
@@ -41,6 +42,7 @@ NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED, NLA_F_NET_BYTEORDER
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 RTM_NEWLINK = 16
+RTM_DELLINK = 17
 RTM_GETLINK = 18
 RTM_NEWADDR = 20
 RTM_GETADDR = 22
@@ -150,6 +152,11 @@ def ack_error(flags: int, body: bytes) -> NetlinkError | None:
 def get_link(name: str) -> tuple[int, int, bytes]:
     """(type, flags, body) of the request for interface `name`."""
     return RTM_GETLINK, 0, IFINFOMSG.pack(0, 0, 0, 0, 0) + attr_str(IFLA_IFNAME, name)
+
+
+def del_link(index: int) -> tuple[int, int, bytes]:
+    """Delete interface `index` (a veth: both ends); ENODEV if it is gone."""
+    return RTM_DELLINK, 0, IFINFOMSG.pack(0, 0, index, 0, 0)
 
 
 def new_veth(name: str, peer: str, peer_netns_fd: int, mtu: int = 0) -> tuple[int, int, bytes]:
