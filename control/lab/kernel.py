@@ -9,6 +9,7 @@ one dump, not 1,500 netlink sessions.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -58,7 +59,9 @@ def _state(link: Any) -> EndState:
 
 
 def netns_ends(ns: str) -> dict[str, EndState]:
-    """Every interface of namespace `ns` (name or path) by name; {} for a missing namespace."""
+    """Every interface of namespace `ns` (name or path) by name; {} for a missing namespace,
+    and for one being deleted meanwhile (`ip netns del` unmounts its file before it
+    removes it: setns then says EINVAL)."""
     if not netns.exists(ns) and not ns.startswith("/"):
         return {}
 
@@ -70,6 +73,10 @@ def netns_ends(ns: str) -> dict[str, EndState]:
         return netns.in_netns(ns, read)
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return {}
+        raise
 
 
 class Ends:
