@@ -85,7 +85,7 @@ class SocketMaker:
     `call_in_netns` starts and joins a thread per call: about 0.25 ms, more on
     a loaded machine, which was a third of a veth's build (two netlink sockets
     per pass). This thread instead enters the namespace asked for, makes the
-    socket, and goes back to the netns it started in before it takes the next
+    socket, and goes back to the process's netns before it takes the next
     request, so it never keeps a namespace alive (a thread's netns is a
     reference to it) and runs nothing but socket() in a foreign one. Should
     going back ever fail, the thread fails that request and every later one
@@ -121,7 +121,9 @@ class SocketMaker:
         return job.result
 
     def _serve(self) -> None:
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        # Home is the process's netns (its main thread's), whichever thread
+        # started this one: a caller inside a pod netns must not make that home.
+        home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             while True:
                 job = self._jobs.get()
