@@ -52,7 +52,6 @@ from typing import Any
 
 import kernel_floor  # the sibling script: run as a script, bench/ is on sys.path
 from kubernetes import client
-from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from meshwire.control.daemon.cni_handler import ADD_TIMINGS
@@ -66,7 +65,7 @@ from meshwire.control.lab.runtime import MeshwireRuntime
 from meshwire.control.lab.state import LabDir, LabState
 from meshwire.control.lab.up import UpOptions, start_daemon, up
 from meshwire.control.links import rtnl
-from meshwire.control.links.netns import open_netns, socket_in
+from meshwire.control.links.netns import NetnsGone, NotANetns, open_netns, socket_in
 from meshwire.control.model.topology import API_VERSION, GROUP, PLURAL, VERSION
 
 # meshnet's test topologies, shipped with the suite (tests/data/meshnet).
@@ -74,13 +73,10 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "data" / "meshnet"
 NODE = "node1"
 # Restarts: links up is polled every 1 ms (a GETLINK per end, `EndWatch`).
 RESTART_POLL = 0.001
-# Converge: one dump of 1,500 interfaces per pod costs CPU the daemon needs on
-# a small machine, so the kernel is read every 250 ms (the figure's resolution).
-CONVERGE_POLL = 0.25
+# Converge: one raw dump of 1,500 interfaces per pod (kernel_floor.up_names)
+# every 50 ms: a few ms of CPU each, the figure's resolution.
+CONVERGE_POLL = 0.05
 TIMEOUT = 600.0
-IFF_UP = 0x1
-IFLA_OPERSTATE = 16
-IF_OPER_UP = 6
 # One part of the daemon's ADD_TIMINGS line.
 PART = re.compile(r"(\w+_ms)=([0-9.]+)")
 
@@ -100,18 +96,9 @@ def lab_of(file: Path, with_daemons: bool) -> Iterator[tuple[LabDir, LabNames, L
 
 def up_ends(ns: str) -> set[str]:
     """Names of the interfaces in netns `ns` that are up with carrier."""
-
-    def read() -> set[str]:
-        with IPRoute() as ipr:
-            return {
-                msg.get_attr("IFLA_IFNAME")
-                for msg in ipr.get_links()
-                if msg["flags"] & IFF_UP and msg.get_attr("IFLA_OPERSTATE") == "UP"
-            }
-
     try:
-        return netns.in_netns(ns, read)
-    except FileNotFoundError:
+        return kernel_floor.up_names(ns)
+    except (NetnsGone, NotANetns):
         return set()
 
 
@@ -290,16 +277,12 @@ class EndWatch:
                     replies = self.sockets[name].request(rtnl.get_link(intf))
                 except NetlinkError:
                     return False
-                if not any(kind == rtnl.RTM_NEWLINK and carrier(body) for kind, body in replies):
+                if not any(
+                    kind == rtnl.RTM_NEWLINK and kernel_floor.carrier(body)
+                    for kind, body in replies
+                ):
                     return False
         return True
-
-
-def carrier(body: bytes) -> bool:
-    """Whether an RTM_NEWLINK body says up (IFF_UP) with operstate UP."""
-    _, _, _, flags, _ = rtnl.IFINFOMSG.unpack_from(body)
-    operstate = dict(rtnl.attrs(body[rtnl.IFINFOMSG.size :])).get(IFLA_OPERSTATE, b"")
-    return bool(flags & IFF_UP) and operstate[:1] == bytes([IF_OPER_UP])
 
 
 class DaemonLog:

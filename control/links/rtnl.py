@@ -154,6 +154,11 @@ def get_link(name: str) -> tuple[int, int, bytes]:
     return RTM_GETLINK, 0, IFINFOMSG.pack(0, 0, 0, 0, 0) + attr_str(IFLA_IFNAME, name)
 
 
+def dump_links() -> tuple[int, int, bytes]:
+    """Every interface of the netns."""
+    return RTM_GETLINK, NLM_F_DUMP, IFINFOMSG.pack(0, 0, 0, 0, 0)
+
+
 def del_link(index: int) -> tuple[int, int, bytes]:
     """Delete interface `index` (a veth: both ends); ENODEV if it is gone."""
     return RTM_DELLINK, 0, IFINFOMSG.pack(0, 0, index, 0, 0)
@@ -295,6 +300,14 @@ def parse_address(body: bytes) -> Address:
         elif key == IFA_PROTO:
             proto = payload[0]
     return Address(index, prefixlen, local, address, proto)
+
+
+def parse_name(body: bytes) -> str:
+    """The IFLA_IFNAME of an RTM_NEWLINK body ("" if it has none)."""
+    for key, payload in attrs(body[IFINFOMSG.size :]):
+        if key == IFLA_IFNAME:
+            return payload.rstrip(b"\0").decode()
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
