@@ -140,3 +140,13 @@ def test_the_socket_maker_keeps_no_namespace_alive_and_survives_a_bad_request(
         time.sleep(0.05)
     with open_netns(stays) as ns:
         maker.socket(ns.fd, socket.AF_UNIX, socket.SOCK_DGRAM, 0, stays).close()
+
+
+def test_a_netlink_hands_pyroute2s_api_through_and_nothing_private(
+    namespaces: Namespaces,
+) -> None:
+    pod = namespaces.add("p")
+    with open_netns(pod) as ns, netlink(ns) as ipr:
+        assert [msg.get_attr("IFLA_IFNAME") for msg in ipr.get_links()] == ["lo"]
+        with pytest.raises(AttributeError):
+            _ = ipr._no_such_thing

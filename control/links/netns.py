@@ -150,6 +150,10 @@ class Netlink:
         return self._ipr
 
     def __getattr__(self, name: str) -> Any:
+        # Only pyroute2's public API: an attribute of our own missing (a failed
+        # __init__, an AttributeError inside `ipr`) must not recurse into `ipr`.
+        if name.startswith("_") or name in ("ipr", "rtnl"):
+            raise AttributeError(name)
         return getattr(self.ipr, name)
 
     def close(self) -> None:
