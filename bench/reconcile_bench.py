@@ -1,12 +1,15 @@
-"""Reconcile benchmark on one node: converging 1,500 veths, and a peer's ADD to its links up.
+"""Reconcile benchmark on one node: converging 1,500 veths against the kernel's own
+floor, and a peer's ADD to its links up, split into its parts.
 
-    .venv/bin/python bench/reconcile_bench.py [--converge-file FILE] [--restarts 100]
-        [--restart-file FILE] [--pod NAME] [--skip-converge] [--skip-restarts]
+    .venv/bin/python bench/reconcile_bench.py [--converge-file FILE] [--runs 1]
+        [--restarts 100] [--restart-file FILE] [--pod NAME]
+        [--skip-converge] [--skip-floor] [--skip-restarts]
 
 Both parts run through `meshwire lab` with one simulated node (the embedded
 API, a real daemon in the node's netns, the real CNI shim, pods as network
-namespaces); everything is named `mwlb<hex>-` and `lab down` removes it, even
-when the bench fails. Nothing touches the host's loopback.
+namespaces); everything is named `mwlb<hex>-` (the floor's namespaces
+`mwfl<hex>-`) and removed, even when the bench fails. Nothing touches the
+host's loopback.
 
 1. Converge (default meshnet's 2node-1500links.yml: 1,500 links between two
    pods, so 1,500 veth pairs): the lab comes up without a daemon, both pods'
@@ -14,11 +17,20 @@ when the bench fails. Nothing touches the host's loopback.
    the daemon starts. Measured from the daemon's spawn: until /readyz says
    ready (informer synced and every row attempted once), and until all 3,000
    ends exist and are up in the kernel (polled by one netlink dump per pod).
+   In the same run, the kernel's floor for as many pairs (`kernel_floor.py`:
+   two `ip -batch` runs, every end addressed and up) and the ratios
+   `all_up_s / floor_s` (both until every end has carrier) and
+   `all_up_s / floor_batch_s` (until the `ip` runs returned). With `--runs N`
+   each figure is also given as the median of N runs.
 2. Restarts (default 3node.yml, pod r3, 100 times): CNI DEL, a new netns, CNI
    ADD with a new container id, as `lab restart-pod` does. Measured per
    restart: from the ADD's exec until both ends of every link of the pod are
-   up (the ADD itself waits for them, so this includes the shim's exec and
-   the ADD's own wait). Reported as p50/p99/max.
+   up (the ADD itself waits for them), and that time's parts: the daemon's
+   own (its `CNI ADD ... timings` log line: queue, netlink, noticed, status),
+   the shim's (exec to answer, minus the daemon's part) and the bench's own
+   look at the kernel after the ADD returned (`seen`, a GETLINK per end
+   every 1 ms).
+   Each reported as p50/p99/max.
 """
 
 from __future__ import annotations
@@ -26,18 +38,23 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import secrets
+import socket
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import kernel_floor  # the sibling script: run as a script, bench/ is on sys.path
 from kubernetes import client
-from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
+from meshwire.control.daemon.cni_handler import ADD_TIMINGS
 from meshwire.control.lab import netns, pods
 from meshwire.control.lab.down import down
 from meshwire.control.lab.links import lab_links, topologies_of
@@ -47,18 +64,21 @@ from meshwire.control.lab.progress import LineProgress
 from meshwire.control.lab.runtime import MeshwireRuntime
 from meshwire.control.lab.state import LabDir, LabState
 from meshwire.control.lab.up import UpOptions, start_daemon, up
+from meshwire.control.links import rtnl
+from meshwire.control.links.netns import NetnsGone, NotANetns, open_netns, socket_in
 from meshwire.control.model.topology import API_VERSION, GROUP, PLURAL, VERSION
 
 # meshnet's test topologies, shipped with the suite (tests/data/meshnet).
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "data" / "meshnet"
 NODE = "node1"
-# Restarts: links up is polled every 5 ms (2 namespaces, a few interfaces).
-POLL = 0.005
-# Converge: one dump of 1,500 interfaces per pod costs CPU the daemon needs on
-# a small machine, so the kernel is read every 250 ms (the figure's resolution).
-CONVERGE_POLL = 0.25
+# Restarts: links up is polled every 1 ms (a GETLINK per end, `EndWatch`).
+RESTART_POLL = 0.001
+# Converge: one raw dump of 1,500 interfaces per pod (kernel_floor.up_names)
+# every 50 ms: a few ms of CPU each, the figure's resolution.
+CONVERGE_POLL = 0.05
 TIMEOUT = 600.0
-IFF_UP = 0x1
+# One part of the daemon's ADD_TIMINGS line.
+PART = re.compile(r"(\w+_ms)=([0-9.]+)")
 
 
 @contextmanager
@@ -76,22 +96,13 @@ def lab_of(file: Path, with_daemons: bool) -> Iterator[tuple[LabDir, LabNames, L
 
 def up_ends(ns: str) -> set[str]:
     """Names of the interfaces in netns `ns` that are up with carrier."""
-
-    def read() -> set[str]:
-        with IPRoute() as ipr:
-            return {
-                msg.get_attr("IFLA_IFNAME")
-                for msg in ipr.get_links()
-                if msg["flags"] & IFF_UP and msg.get_attr("IFLA_OPERSTATE") == "UP"
-            }
-
     try:
-        return netns.in_netns(ns, read)
-    except FileNotFoundError:
+        return kernel_floor.up_names(ns)
+    except (NetnsGone, NotANetns):
         return set()
 
 
-def wait(condition: Callable[[], bool], what: str, poll: float = POLL) -> None:
+def wait(condition: Callable[[], bool], what: str, poll: float) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not condition():
         if time.monotonic() > deadline:
@@ -123,6 +134,34 @@ def place_pods(state: LabState, names: LabNames) -> None:
             )
 
     netns.in_netns(names.hub_netns, patch)
+
+
+def floor(pairs: int) -> dict[str, float]:
+    """The kernel's floor for `pairs` veth pairs (`kernel_floor.py`), in fresh namespaces."""
+    batch_s, up_s = kernel_floor.measure(pairs, f"mwfl{secrets.token_hex(3)}-")
+    return {"floor_batch_s": round(batch_s, 3), "floor_s": round(up_s, 3)}
+
+
+def converge_with_floor(file: Path, runs: int, with_floor: bool) -> dict[str, Any]:
+    """`runs` converges, each followed by the floor for as many pairs; medians if runs > 1."""
+    results = []
+    for _ in range(runs):
+        result = converge(file)
+        if with_floor:
+            result.update(floor(result["veth_pairs"]))
+            result["ratio"] = round(result["all_up_s"] / result["floor_s"], 2)
+            result["ratio_to_batch"] = round(result["all_up_s"] / result["floor_batch_s"], 2)
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    if runs == 1:
+        return results[0]
+    numbers = [k for k, v in results[0].items() if isinstance(v, float)]
+    return {
+        "file": file.name,
+        "veth_pairs": results[0]["veth_pairs"],
+        "runs": runs,
+        "median": {k: round(statistics.median(r[k] for r in results), 3) for k in numbers},
+    }
 
 
 def converge(file: Path) -> dict[str, Any]:
@@ -164,15 +203,29 @@ def restarts(file: Path, pod_name: str, count: int) -> dict[str, Any]:
                 for end in (link.a, link.b):
                     namespace, _, pod = end.pod.partition("/")
                     ends.setdefault(names.pod_netns(namespace, pod), set()).add(end.intf)
+        daemon_log = DaemonLog(lab.log(f"daemon/{NODE}"))
         samples, adds = [], []
+        parts: dict[str, list[float]] = {}
         for _ in range(count):
             pods.detach(lab, state, record, shim)
             pods.recreate_netns(lab, state, record)
-            started = time.monotonic()
-            pods.attach(lab, state, record, shim)
-            adds.append(time.monotonic() - started)
-            wait(lambda: all(e <= up_ends(ns) for ns, e in ends.items()), "links up")
-            samples.append(time.monotonic() - started)
+            daemon_log.skip()
+            exec_at: list[float] = []
+            with EndWatch(ends) as watch:
+                pods.attach(lab, state, record, shim, on_exec=partial(stamp, exec_at))
+                started = exec_at[0]
+                returned = time.monotonic()
+                wait(watch.all_up, "links up", RESTART_POLL)
+                seen = time.monotonic()
+            samples.append(seen - started)
+            adds.append(returned - started)
+            timings = daemon_log.add_timings(record.key)
+            if timings is None:
+                continue
+            timings["shim_ms"] = (returned - started) * 1000 - timings["daemon_ms"]
+            timings["seen_ms"] = (seen - returned) * 1000
+            for part, ms in timings.items():
+                parts.setdefault(part, []).append(ms / 1000)
         return {
             "file": file.name,
             "pod": record.key,
@@ -180,7 +233,89 @@ def restarts(file: Path, pod_name: str, count: int) -> dict[str, Any]:
             "restarts": count,
             "links_up_ms": percentiles(samples),
             "add_returned_ms": percentiles(adds),
+            "parts_ms": {
+                part.removesuffix("_ms"): percentiles(values)
+                for part, values in sorted(parts.items())
+            },
+            "parts_logged": len(parts.get("daemon_ms", [])),
         }
+
+
+def stamp(into: list[float]) -> None:
+    into.append(time.monotonic())
+
+
+class EndWatch:
+    """Whether given interfaces are up with carrier, asked of the kernel by name.
+
+    One raw netlink socket per pod netns, opened before the ADD (the restarted
+    pod's new netns exists by then), and one GETLINK per end per look: about
+    0.05 ms, where a dump of each netns through pyroute2 took milliseconds and
+    blurred the figure it measured.
+    """
+
+    def __init__(self, ends: dict[str, set[str]]) -> None:
+        self.ends = ends
+        self.sockets: dict[str, rtnl.Rtnl] = {}
+
+    def __enter__(self) -> EndWatch:
+        for name in self.ends:
+            with open_netns(netns_path(name)) as ns:
+                self.sockets[name] = rtnl.Rtnl(
+                    socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+                )
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for sock in self.sockets.values():
+            sock.close()
+
+    def all_up(self) -> bool:
+        for name, intfs in self.ends.items():
+            for intf in intfs:
+                try:
+                    replies = self.sockets[name].request(rtnl.get_link(intf))
+                except NetlinkError:
+                    return False
+                if not any(
+                    kind == rtnl.RTM_NEWLINK and kernel_floor.carrier(body)
+                    for kind, body in replies
+                ):
+                    return False
+        return True
+
+
+class DaemonLog:
+    """The daemon's log file, read from where the last look stopped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def skip(self) -> None:
+        """Forget everything logged so far."""
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def add_timings(self, pod_key: str) -> dict[str, float] | None:
+        """The parts (ms) of the last `CNI ADD <pod_key> timings` line logged since the
+        last look, or None if there is none (the daemon logs above info)."""
+        if not self.path.exists():
+            return None
+        with self.path.open("rb") as file:
+            file.seek(self.offset)
+            text = file.read().decode(errors="replace")
+            self.offset = file.tell()
+        return parse_add_timings(text, pod_key)
+
+
+def parse_add_timings(text: str, pod_key: str) -> dict[str, float] | None:
+    """The parts of the last `ADD_TIMINGS` line for `pod_key` in `text` (text or JSON logs)."""
+    head = ADD_TIMINGS.split("%s", 1)[0]
+    found = None
+    for line in text.splitlines():
+        if f"{head}{pod_key} timings:" in line:
+            found = {name: float(value) for name, value in PART.findall(line)}
+    return found
 
 
 def percentiles(seconds: list[float]) -> dict[str, float]:
@@ -199,13 +334,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--restart-file", type=Path, default=FIXTURES / "3node.yml")
     parser.add_argument("--pod", default="r3", help="the pod restarted (default: r3)")
     parser.add_argument("--restarts", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=1, help="converge runs (medians if > 1)")
     parser.add_argument("--skip-converge", action="store_true")
+    parser.add_argument("--skip-floor", action="store_true", help="no kernel floor run")
     parser.add_argument("--skip-restarts", action="store_true")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {"api": API_VERSION}
     if not args.skip_converge:
-        results["converge"] = converge(args.converge_file)
-        print(json.dumps(results["converge"]), flush=True)
+        results["converge"] = converge_with_floor(
+            args.converge_file, args.runs, not args.skip_floor
+        )
+        if args.runs > 1:
+            print(json.dumps(results["converge"]), flush=True)
     if not args.skip_restarts:
         results["restart"] = restarts(args.restart_file, args.pod, args.restarts)
         print(json.dumps(results["restart"]), flush=True)

@@ -187,11 +187,11 @@ class Pause:
 class Daemon:
     """The daemon's reconcile pipeline, as `daemon/app.py` wires it, minus I/O."""
 
-    def __init__(self, driver: FakeDriver, clock: FakeClock) -> None:
+    def __init__(self, driver: FakeDriver, clock: FakeClock, debounce: float = 0) -> None:
         self.topologies = TopologyTable()
         self.links = new_links_table()
         self.desired = DesiredLinks(self.topologies, self.links, NODE, HashedSlots())
-        self.queue = WorkQueue(clock=clock, debounce=0, limiter=ExponentialBackoff())
+        self.queue = WorkQueue(clock=clock, debounce=debounce, limiter=ExponentialBackoff())
         # One worker: the log is then in a deterministic order.
         self.reconciler = LinkReconciler(self.links, driver, self.queue, concurrency=1)
         self.task = asyncio.create_task(self.reconciler.run())
@@ -210,12 +210,12 @@ class Daemon:
 
 
 class Scenario:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, debounce: float = 0) -> None:
         self.name = name
         self.clock = FakeClock()
         self.driver = FakeDriver()
         self.api: dict[str, Topology] = {}
-        self.daemon = Daemon(self.driver, self.clock)
+        self.daemon = Daemon(self.driver, self.clock, debounce)
         self.logged = 0
 
     # -- the API side ---------------------------------------------------------
@@ -236,10 +236,11 @@ class Scenario:
 
     def cmd_link(self, uid: str, a: str, b: str) -> None:
         (a_pod, a_intf, a_ip), (b_pod, b_intf, b_ip) = _end(a), _end(b)
-        self._set_link(a_pod, Link(int(uid), b_pod, a_intf, b_intf, a_ip, b_ip))
-        self._set_link(b_pod, Link(int(uid), a_pod, b_intf, a_intf, b_ip, a_ip))
+        self.set_link(a_pod, Link(int(uid), b_pod, a_intf, b_intf, a_ip, b_ip))
+        self.set_link(b_pod, Link(int(uid), a_pod, b_intf, a_intf, b_ip, a_ip))
 
-    def _set_link(self, pod: str, link: Link) -> None:
+    def set_link(self, pod: str, link: Link) -> None:
+        """`link` in `pod`'s Topology object only (its peer's stays as it is)."""
         topology = self._pod(pod)
         links = tuple(
             sorted([*(x for x in topology.links if x.uid != link.uid), link], key=lambda x: x.uid)

@@ -39,33 +39,53 @@ async def test_other_keys_flow_past_a_key_being_processed() -> None:
     assert await asyncio.wait_for(queue.get(), timeout=5) == "lab/r2"
 
 
-async def test_a_key_re_added_during_its_pass_runs_again_after_done() -> None:
+async def test_a_key_re_added_during_its_pass_runs_again_its_window_after_done() -> None:
     clock = FakeClock()
     queue = WorkQueue(clock, debounce=1.0)
     queue.add("lab/r1")
-    clock.advance(1.0)
     assert await asyncio.wait_for(queue.get(), timeout=5) == "lab/r1"
 
-    queue.add("lab/r1")  # its window ends at 2.0, while still being processed
-    clock.advance(1.5)
+    queue.add("lab/r1")
+    clock.advance(1.5)  # a pass longer than the window
+    queue.done("lab/r1")  # at 1.5: the re-add is ready at 2.5
+
+    getter = asyncio.create_task(queue.get())
+    await until(lambda: clock.next_deadline() == 2.5)
+    clock.advance(0.75)
+    await settle()
+    assert not getter.done()
+    clock.advance(0.25)
+    assert await asyncio.wait_for(getter, timeout=5) == "lab/r1"
+
+
+async def test_a_re_add_during_a_pass_with_no_debounce_is_ready_at_done() -> None:
+    clock = FakeClock()
+    queue = WorkQueue(clock, debounce=0)
+    queue.add("lab/r1")
+    assert await asyncio.wait_for(queue.get(), timeout=5) == "lab/r1"
+    queue.add("lab/r1")
     queue.done("lab/r1")
     assert await asyncio.wait_for(queue.get(), timeout=5) == "lab/r1"
+    assert clock.now() == 0.0
 
 
-async def test_a_re_add_during_a_pass_still_waits_out_its_window_after_done() -> None:
+async def test_a_retry_asked_during_a_pass_is_not_pushed_back_by_a_re_add() -> None:
+    # Several requests: the earliest wins, whichever kind asked first.
     clock = FakeClock()
     queue = WorkQueue(clock, debounce=1.0)
-    queue.add_after("lab/r1", 0)
+    queue.add("lab/r1")
     assert await asyncio.wait_for(queue.get(), timeout=5) == "lab/r1"
-    queue.add("lab/r1")  # ready at 1.0
-    clock.advance(0.5)
+    queue.add_after("lab/r1", 0.25)
+    queue.add("lab/r1")
+    assert queue.depth == 1
     queue.done("lab/r1")
 
     getter = asyncio.create_task(queue.get())
-    await until(lambda: clock.next_deadline() == 1.0)
-    assert not getter.done()
-    clock.advance(0.5)
+    await until(lambda: clock.next_deadline() == 0.25)
+    clock.advance(0.25)
     assert await asyncio.wait_for(getter, timeout=5) == "lab/r1"
+    queue.done("lab/r1")
+    assert queue.depth == 0
 
 
 def test_done_for_a_key_not_being_processed_is_a_caller_bug() -> None:
@@ -78,7 +98,7 @@ def test_done_for_a_key_not_being_processed_is_a_caller_bug() -> None:
 async def test_shutdown_releases_waiting_consumers_and_ignores_later_adds() -> None:
     clock = FakeClock()
     queue = WorkQueue(clock, debounce=1.0)
-    queue.add("lab/pending")
+    queue.add_after("lab/pending", 1.0)
     waiting = [asyncio.create_task(queue.get()) for _ in range(3)]
     await until(lambda: clock.sleepers == 3)
 

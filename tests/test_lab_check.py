@@ -11,6 +11,7 @@ from lab_helpers import Lab, StubRuntime, unique_lab
 from pyroute2 import IPRoute
 
 from meshwire.control.lab import netns
+from meshwire.control.lab.kernel import netns_ends
 from meshwire.control.lab.names import netns_path
 
 pytestmark = pytest.mark.root
@@ -121,3 +122,16 @@ def test_status_lists_pods_and_links_with_state_and_frame_counters(
         "default/r3",
     )
     assert two["a"]["tx_packets"] > 0 and two["b"]["rx_packets"] > 0
+
+
+def test_a_namespace_missing_or_being_deleted_reads_as_having_no_interface(
+    tmp_path: Path,
+) -> None:
+    # `ip netns del` unmounts a namespace's file before it removes it; a lab
+    # waiting on links meanwhile (churn moves pods while others wait) reads it
+    # as gone, as it soon is, instead of failing on setns's EINVAL.
+    unmounted = tmp_path / "unmounted"
+    unmounted.write_text("")
+    assert netns_ends(str(unmounted)) == {}
+    assert netns_ends(str(tmp_path / "missing")) == {}
+    assert "lo" in netns_ends("/proc/thread-self/ns/net")

@@ -12,11 +12,12 @@ import ipaddress
 import json
 import os
 import struct
+import time
 
 import pytest
 from links_helpers import Namespaces, ip, links, namespaces, needs_root, veth_row
 
-from meshwire.control.links.announce import _checksum, announce, frames
+from meshwire.control.links.announce import Announcer, _checksum, announce, frames
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.links.errors import SpecError
 from meshwire.control.links.netns import open_netns
@@ -118,3 +119,27 @@ def test_an_end_whose_mac_no_interface_may_have_is_a_spec_error_before_any_chang
     row = dataclasses.replace(row, peer=dataclasses.replace(row.peer, mac="01:00:5e:00:00:01"))
     with pytest.raises(SpecError, match="mac: '01:00:5e:00:00:01' is a multicast address"):
         Drivers(kernel_drivers()).update(row)
+
+
+@needs_root
+@pytest.mark.root
+def test_announcements_queued_on_an_announcer_go_out_and_a_gone_netns_is_skipped(
+    namespaces: Namespaces,
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    # No address on b's end for the driver: it queues no announcement of its own.
+    row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="")
+    row = dataclasses.replace(row, peer=dataclasses.replace(row.peer, mac=MAC))
+    Drivers(kernel_drivers(host_netns=namespaces.add("host"))).update(row)
+    ip("-n", os.path.basename(b), "address", "add", "10.0.0.2/30", "dev", "eth1")
+    ip("-n", os.path.basename(a), "neigh", "replace", "10.0.0.2", "lladdr", OLD,
+       "dev", "eth1", "nud", "reachable")  # fmt: skip
+    assert neighbour(a, "10.0.0.2")["lladdr"] == OLD
+
+    announcer = Announcer()
+    announcer.later(End("r9", "/var/run/netns/mwt-gone-for-good", "eth1", "10.9.9.9/30", MAC))
+    announcer.later(End("r2", b, "eth1", "10.0.0.2/30", MAC))
+    deadline = time.monotonic() + 30
+    while neighbour(a, "10.0.0.2").get("lladdr") != MAC:
+        assert time.monotonic() < deadline, neighbour(a, "10.0.0.2")
+        time.sleep(0.01)

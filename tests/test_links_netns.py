@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from links_helpers import Namespaces, ip, namespaces, needs_root, netns_name
 
 from meshwire.control.links import iface
 from meshwire.control.links.netns import NetnsGone, NotANetns, netlink, open_netns
+from meshwire.dataplane.netns_thread import SocketMaker, call_in_netns
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]
@@ -70,3 +75,78 @@ def test_works_under_uvloop_and_leaks_no_descriptors(namespaces: Namespaces) -> 
         asyncio.set_event_loop_policy(policy)
     assert first == ["lo"]
     assert after == before
+
+
+SO_NETNS_COOKIE = 71  # the netns a socket lives in, as a number (Linux 5.14+)
+
+
+def cookie(sock: socket.socket) -> int:
+    value: int = struct.unpack("=Q", sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8))[0]
+    return value
+
+
+def netns_cookie(path: str) -> int:
+    with call_in_netns(path, lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)) as sock:
+        return cookie(sock)
+
+
+def test_the_socket_maker_makes_each_socket_in_the_netns_asked_from_many_threads(
+    namespaces: Namespaces,
+) -> None:
+    paths = [namespaces.add("a"), namespaces.add("b")]
+    expected = {path: netns_cookie(path) for path in paths}
+    assert len(set(expected.values())) == 2
+    maker = SocketMaker()
+    home = os.stat("/proc/thread-self/ns/net").st_ino
+
+    def make(index: int) -> list[tuple[str, int]]:
+        out = []
+        for turn in range(40):
+            path = paths[(index + turn) % 2]
+            with open_netns(path) as ns:
+                kind = socket.SOCK_DGRAM if turn % 3 else socket.SOCK_RAW
+                family = socket.AF_NETLINK if turn % 3 else socket.AF_PACKET
+                proto = socket.NETLINK_ROUTE if turn % 3 else 0
+                with maker.socket(ns.fd, family, kind, proto, path) as sock:
+                    out.append((path, cookie(sock)))
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        made = [pair for chunk in pool.map(make, range(4)) for pair in chunk]
+    assert len(made) == 160
+    assert all(got == expected[path] for path, got in made)
+    # Whoever asked stays home.
+    assert os.stat("/proc/thread-self/ns/net").st_ino == home
+
+
+def test_the_socket_maker_keeps_no_namespace_alive_and_survives_a_bad_request(
+    namespaces: Namespaces,
+) -> None:
+    # A thread in a netns holds it: were the maker to stay in the last netns it
+    # entered, a deleted pod netns would live on, and its veth ends with it.
+    gone, stays = namespaces.add("gone"), namespaces.add("stays")
+    ip("-n", netns_name(gone), "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+       "netns", netns_name(stays))  # fmt: skip
+    maker = SocketMaker()
+    with pytest.raises(FileNotFoundError):
+        maker.socket("/var/run/netns/mwt-never-there", socket.AF_UNIX, socket.SOCK_DGRAM)
+    with open_netns(gone) as ns:
+        maker.socket(ns.fd, socket.AF_UNIX, socket.SOCK_DGRAM, 0, gone).close()
+    ip("netns", "del", netns_name(gone))
+
+    deadline = time.monotonic() + 30
+    while "v1" in ip("-n", netns_name(stays), "-o", "link", "show"):
+        assert time.monotonic() < deadline, "the deleted netns is still alive"
+        time.sleep(0.05)
+    with open_netns(stays) as ns:
+        maker.socket(ns.fd, socket.AF_UNIX, socket.SOCK_DGRAM, 0, stays).close()
+
+
+def test_a_netlink_hands_pyroute2s_api_through_and_nothing_private(
+    namespaces: Namespaces,
+) -> None:
+    pod = namespaces.add("p")
+    with open_netns(pod) as ns, netlink(ns) as ipr:
+        assert [msg.get_attr("IFLA_IFNAME") for msg in ipr.get_links()] == ["lo"]
+        with pytest.raises(AttributeError):
+            _ = ipr._no_such_thing

@@ -328,3 +328,17 @@ def test_a_link_mtu_given_on_one_end_holds_for_both() -> None:
     assert link_mtu(r1.links[0], r2, 1500) == link_mtu(r2.links[0], r1, 1500) == 9000
     assert link_mtu(r1.links[0], None, 1500) == 1500
     assert link_mtu(r1.links[0], topology("r2", Link(1, "r1", "eth2", "eth1")), 1400) == 1400
+
+
+def test_a_link_is_found_by_uid_the_first_of_its_uid_without_touching_equality() -> None:
+    first = Link(1, "r2", "eth1", "eth1")
+    again = Link(1, "r3", "eth2", "eth1")
+    links = (first, *(Link(uid, "r2", f"e{uid}", f"e{uid}") for uid in range(2, 1500)), again)
+    looked_up = Topology("default", "r1", links=links)
+    fresh = Topology("default", "r1", links=links)
+    assert looked_up.link(1) is first
+    assert looked_up.link(1499) == Link(1499, "r2", "e1499", "e1499")
+    assert looked_up.link(1500) is None
+    assert looked_up == fresh and hash(looked_up) == hash(fresh)
+    edited = dataclasses.replace(looked_up, links=(again,))
+    assert edited.link(1) is again

@@ -10,7 +10,11 @@ during churn stayed not ready for a minute, until an unrelated event.
 
 from __future__ import annotations
 
+import asyncio
+
 from reconciler_helpers import Pause, Scenario
+
+from meshwire.control.reconcile.status import State
 
 
 def three_pods_two_links(scenario: Scenario) -> None:
@@ -36,6 +40,37 @@ async def test_a_row_removed_while_its_first_update_runs_does_not_hold_readiness
 
         assert scenario.daemon.links.keys() == []
         assert scenario.daemon.reconciler.initial_done.is_set()
+    finally:
+        pause.go.set()
+        await scenario.daemon.stop()
+
+
+async def test_a_status_change_wakes_those_waiting_on_that_row_only() -> None:
+    # A CNI ADD waits on its pod's rows and looks again as soon as one is
+    # realised, instead of waiting out its poll; other pods' ADDs sleep on.
+    scenario = Scenario("status wake")
+    scenario.cmd_pod("r1", "r2")
+    scenario.cmd_link("1", "r1:eth1", "r2:eth1")
+    for pod in ("r1", "r2"):
+        scenario.cmd_place(pod, f"/ns/{pod}")
+    pause = Pause()
+    scenario.driver.update = pause.around(scenario.driver.update)  # type: ignore[method-assign]
+    reconciler = scenario.daemon.reconciler
+    try:
+        scenario.cmd_synced()
+        await pause.wait_reached()  # link 1's first update is under way
+        [key] = scenario.daemon.links.keys()
+        on_link = asyncio.create_task(reconciler.status_change([key]))
+        on_other = asyncio.create_task(reconciler.status_change(["default/elsewhere"]))
+        await asyncio.sleep(0)
+        assert not on_link.done()
+
+        pause.go.set()
+        await asyncio.wait_for(on_link, 30)
+        assert reconciler.statuses[key].state is State.DONE
+        await scenario.cmd_settle()
+        assert not on_other.done()
+        on_other.cancel()
     finally:
         pause.go.set()
         await scenario.daemon.stop()

@@ -56,6 +56,27 @@ async def test_sets_during_a_write_wait_for_it_and_follow_in_one_more_write(
     await writer.close()
 
 
+async def test_a_lone_write_goes_out_at_once_and_one_right_after_it_at_the_rate(
+    clock: FakeClock,
+) -> None:
+    # Rate-limited, yet no fixed delay in front of the first write: a restarted
+    # pod's placement is in the API as soon as the API answers.
+    api = FakeStatusApi("lab/r1")
+    writer = started(api, clock, rate=2.0, burst=1)
+    writer.set("lab/r1", src_ip="10.0.0.1")
+    await asyncio.wait_for(writer.written("lab/r1"), timeout=5)
+    assert api.writes == [("lab/r1", {"src_ip": "10.0.0.1"})]
+    assert clock.now() == 0.0
+
+    writer.set("lab/r1", src_ip="10.0.0.2")  # the bucket is empty: 0.5 s
+    await settle()
+    assert len(api.writes) == 1
+    clock.advance(0.5)
+    await asyncio.wait_for(writer.written("lab/r1"), timeout=5)
+    assert api.writes[-1] == ("lab/r1", {"src_ip": "10.0.0.2"})
+    await writer.close()
+
+
 async def test_writes_to_different_topologies_proceed_side_by_side(clock: FakeClock) -> None:
     api = FakeStatusApi("lab/r1", "lab/r2", "lab/r3")
     writer = started(api, clock, writers=3)

@@ -10,6 +10,8 @@ and the embedded API receives no request at all meanwhile.
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +80,30 @@ async def test_an_add_waiting_for_its_links_makes_no_api_request_while_it_polls(
             assert during == [], f"API requests while the ADD polled: {during}"
         finally:
             pause.go.set()
+
+
+async def test_an_add_logs_where_its_time_went(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The restart benchmark splits a pod's restart with this line: queue,
+    # netlink, noticed and status, each in ms from the ADD's arrival.
+    async with daemon_node(tmp_path) as node, api_serving(node) as url:
+        api = sync_api(url)
+        await call(create, api, topology("r1", "r2"))
+        await call(create, api, topology("r2", "r1"))
+        r1, r2 = node.pod_netns("r1"), node.pod_netns("r2")
+        assert (await node.cni("ADD", "r2", "c2", r2)).exit == 0
+        with caplog.at_level(logging.INFO, logger="meshwire.control.daemon.cni_handler"):
+            assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
+        await node.wait(lambda: both_up(r1, r2), "link 1 up")
+
+    lines = [
+        r.getMessage() for r in caplog.records if "CNI ADD default/r1 timings" in r.getMessage()
+    ]
+    assert len(lines) == 1, caplog.text
+    parts = {name: float(ms) for name, ms in re.findall(r"(\w+)_ms=([0-9.]+)", lines[0])}
+    assert set(parts) == {"queue", "netlink", "noticed", "status", "daemon"}
+    # The link was built during this ADD: its driver pass is the netlink part.
+    assert parts["netlink"] > 0
+    whole = parts["queue"] + parts["netlink"] + parts["noticed"] + parts["status"]
+    assert whole == pytest.approx(parts["daemon"], abs=0.05)

@@ -180,7 +180,8 @@ class ReconcileConfig(_Section):
     debounce: float = Field(
         default=0.05,
         ge=0,
-        description="Window (s) that coalesces a burst of pod changes into one pass.",
+        description="Quiet (s) after each pass over a link, in which its further changes "
+        "coalesce into one more pass; a first change never waits for it.",
     )
     full_interval: float = Field(
         default=60.0,

@@ -4,17 +4,22 @@ What a caller may rely on:
 
 - Coalescing: a key added any number of times before a consumer takes it is
   handed out once.
-- Debounce: `add(key)` makes the key ready `debounce` seconds (50 ms by
-  default) after its FIRST add since a consumer last took it. Later adds in the
-  window do not push it back, so a burst (a lab's pods starting together)
-  coalesces into one pass while a key that changes without pause still gets a
-  pass every `debounce`; it cannot be starved.
+- A first change waits for no timer: `add(key)` on a key that is idle (not
+  being processed, and its last pass ended at least `debounce` seconds ago, 50
+  ms by default, or it never had one) makes it ready at once.
+- Debounce only behind a pass: `add(key)` while the key is being processed, or
+  within `debounce` of the end of its last pass, makes it ready `debounce`
+  seconds after that pass ended. So the changes of a burst (a lab's pods
+  starting, a topology applied as one file) that arrive while their key is
+  busy coalesce into one more pass: a burst costs about one pass per key, two
+  at most. A key that changes without pause gets a pass, then `debounce` of
+  quiet, then the next: it cannot be starved, nor hold a consumer for ever.
 - `add_after(key, delay)` asks for a pass `delay` seconds from now, no debounce
   added. A key with several requests runs at the earliest of them: a fresh
   `add` overrides a long backoff, because new information deserves a prompt look.
 - One consumer at a time: a key handed out by `get()` is not handed out again
-  until `done(key)`. A key added while being processed is kept and becomes
-  ready after `done` (at once if its time has already come).
+  until `done(key)`. A key requested while being processed is kept and becomes
+  ready after `done`: at its time, and for an `add`, `debounce` after `done`.
 - Retries: `add_rate_limited(key)` requeues with the key's backoff (see
   `retries.py`); `forget(key)` after a success resets it.
 - Shutdown: `shutdown()` stops intake at once. Every `get()`, waiting or
@@ -30,15 +35,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 from collections import OrderedDict
 
 from meshwire.control.common.clock import Clock, MonotonicClock
 from meshwire.control.common.config import ReconcileConfig, default
 from meshwire.control.common.retries import ExponentialBackoff, RateLimiter
 
-# `reconcile.debounce`: a window that coalesces the events of a burst (pods of
-# one lab starting together, a topology applied as one file) into one pass per
-# key, short next to a pod's start-up time, so nobody waits on it.
+# `reconcile.debounce`: the quiet a key gets after each pass, in which the
+# changes that follow it (pods of one lab starting together, a topology applied
+# as one file) coalesce into one more pass. A first change never waits for it.
 DEFAULT_DEBOUNCE: float = default(ReconcileConfig, "debounce")
 
 
@@ -60,8 +66,17 @@ class WorkQueue:
         self._ready: OrderedDict[str, None] = OrderedDict()
         # Keys with a pass requested that is not ready yet -> the time it becomes
         # ready (the earliest time requested). Disjoint from _ready. A key here may
-        # also be in _processing; it then stays here until done(), even when due.
+        # also be in _processing; it then stays here until done(), even when due,
+        # and its time is infinite if only _after_pass asked for it.
         self._waiting: dict[str, float] = {}
+        # Keys add()ed while being processed: done() requests them `debounce`
+        # after it. Every key here is in _processing and in _waiting.
+        self._after_pass: set[str] = set()
+        # Keys whose last pass ended less than `debounce` ago -> the time that
+        # quiet ends, in increasing order (done() appends; the clock is
+        # monotonic). Expired entries are dropped from the front on each add()
+        # and done(), so it holds at most the keys done in the last `debounce`.
+        self._quiet: OrderedDict[str, float] = OrderedDict()
         # Entries (due, seq, key). An entry is live iff _waiting.get(key) == due;
         # lowering a key's time or promoting it leaves older entries stale, and
         # they are skipped when they reach the top. Every key in _waiting and not
@@ -78,14 +93,25 @@ class WorkQueue:
     # -- intake ---------------------------------------------------------------
 
     def add(self, key: str) -> None:
-        """Ask for a pass over `key`, debounced."""
-        self.add_after(key, self._debounce)
-
-    def add_after(self, key: str, delay: float) -> None:
-        """Ask for a pass over `key` in `delay` seconds (zero or less: now)."""
+        """Ask for a pass over `key`: at once, or behind its pass and quiet (see above)."""
         if self._shutting_down or key in self._ready:
             return
-        due = self._clock.now() + max(delay, 0.0)
+        now = self._clock.now()
+        self._end_quiet(now)
+        if key in self._processing:
+            self._after_pass.add(key)
+            self._waiting.setdefault(key, math.inf)
+            return
+        self._request(key, self._quiet.get(key, now))
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Ask for a pass over `key` in `delay` seconds (zero or less: now), no debounce."""
+        if self._shutting_down or key in self._ready:
+            return
+        self._request(key, self._clock.now() + max(delay, 0.0))
+
+    def _request(self, key: str, due: float) -> None:
+        """A pass over `key` (not in _ready) at `due`, unless one is requested sooner."""
         current = self._waiting.get(key)
         if current is not None and current <= due:
             return
@@ -138,6 +164,15 @@ class WorkQueue:
         if key not in self._processing:
             raise ValueError(f"queue: done({key!r}) for a key that is not being processed")
         self._processing.discard(key)
+        if self._debounce > 0:
+            now = self._clock.now()
+            self._end_quiet(now)
+            self._quiet[key] = now + self._debounce
+            self._quiet.move_to_end(key)
+        if key in self._after_pass:
+            self._after_pass.discard(key)
+            quiet_end = self._quiet.get(key, self._clock.now())
+            self._waiting[key] = min(self._waiting[key], quiet_end)
         due = self._waiting.get(key)
         if due is not None:
             heapq.heappush(self._heap, (due, next(self._seq), key))
@@ -148,6 +183,8 @@ class WorkQueue:
         self._shutting_down = True
         self._ready.clear()
         self._waiting.clear()
+        self._after_pass.clear()
+        self._quiet.clear()
         self._heap.clear()
         self._wake()
 
@@ -162,6 +199,11 @@ class WorkQueue:
         return self.depth
 
     @property
+    def debounce(self) -> float:
+        """The quiet after each pass, in seconds."""
+        return self._debounce
+
+    @property
     def in_flight(self) -> int:
         """Keys handed out by get() and not yet done()."""
         return len(self._processing)
@@ -171,6 +213,13 @@ class WorkQueue:
         return self._shutting_down
 
     # -- internals ------------------------------------------------------------
+
+    def _end_quiet(self, now: float) -> None:
+        while self._quiet:
+            key, until = next(iter(self._quiet.items()))
+            if until > now:
+                return
+            del self._quiet[key]
 
     def _promote_due(self) -> None:
         now = self._clock.now()

@@ -60,7 +60,8 @@ def _state(link: Any) -> EndState:
 
 def netns_ends(ns: str) -> dict[str, EndState]:
     """Every interface of namespace `ns` (name or path) by name; {} for a missing namespace,
-    including one being replaced (its file there, its bind mount not: setns says EINVAL)."""
+    and for one being deleted meanwhile (`ip netns del` unmounts its file before it
+    removes it: setns then says EINVAL)."""
     if not netns.exists(ns) and not ns.startswith("/"):
         return {}
 

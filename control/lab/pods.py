@@ -108,12 +108,23 @@ def _add(lab: LabDir, state: LabState, pod: PodRecord, shim: list[str] | None) -
         invoke(shim, _call("ADD", lab, state, pod))
 
 
-def attach(lab: LabDir, state: LabState, pod: PodRecord, shim: list[str] | None) -> None:
-    """CNI ADD the pod on its node with a new container id; `shim` None: no daemons."""
+def attach(
+    lab: LabDir,
+    state: LabState,
+    pod: PodRecord,
+    shim: list[str] | None,
+    on_exec: Callable[[], None] | None = None,
+) -> None:
+    """CNI ADD the pod on its node with a new container id; `shim` None: no daemons.
+
+    `on_exec` is called right before the shim is run (a benchmark's clock).
+    """
     pod.container_id = new_container_id()
     lab.save(state)
     _link_sandbox(lab, pod)
     if shim is not None:
+        if on_exec is not None:
+            on_exec()
         invoke(shim, _call("ADD", lab, state, pod))
 
 

@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from ..tables.links import LinkKind, LinkRow
 from . import iface
+from .announce import Announcer
 from .errors import SpecError, blame
 from .macvlan import MacvlanDriver
 from .names import Mark
@@ -158,8 +159,9 @@ def kernel_drivers(
     `host_netns`: where vxlan UDP sockets live and macvlan host interfaces are;
     "" means the calling thread's own (the daemon runs in its node's netns).
     """
+    announcer = Announcer()
     return {
-        LinkKind.VETH: VethDriver(),
-        LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port),
-        LinkKind.MACVLAN: MacvlanDriver(host_netns),
+        LinkKind.VETH: VethDriver(announcer),
+        LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port, announcer),
+        LinkKind.MACVLAN: MacvlanDriver(host_netns, announcer),
     }

@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_GETADDR
-from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from meshwire.control.model.macs import mac_problem
 from meshwire.control.model.names import interface_name_problem
 from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 
+from . import rtnl
 from .errors import SpecError
 from .names import ADDRESS_PROTO, Mark, parse_mark
-from .netns import Netns
+from .netns import Netlink, Netns
 
-IFF_UP = 0x1
+IFF_UP = rtnl.IFF_UP
 IFA_F_NODAD = 0x02
 
 Address = ipaddress.IPv4Interface | ipaddress.IPv6Interface
@@ -73,24 +73,63 @@ def _iface(msg: Any) -> Iface:
     )
 
 
-def find(ipr: Any, name: str) -> Iface | None:
+def find(ipr: Netlink, name: str) -> Iface | None:
     """The interface called `name` in `ipr`'s netns, or None."""
     try:
-        return _iface(ipr.link("get", ifname=name)[0])
+        replies = ipr.rtnl.request(rtnl.get_link(name))
     except NetlinkError as exc:
         if exc.code == errno.ENODEV:
             return None
         raise
+    for kind, body in replies:
+        if kind == rtnl.RTM_NEWLINK:
+            return from_message(body)
+    return None
+
+
+def from_message(body: bytes) -> Iface:
+    """The `Iface` an RTM_NEWLINK body describes (one with kind-specific data through
+    pyroute2's decoder, whose attribute names `Iface.info` holds)."""
+    link = rtnl.parse_link(body)
+    if link is None:
+        msg = ifinfmsg(rtnl.message(rtnl.RTM_NEWLINK, 0, 0, body))
+        msg.decode()
+        return _iface(msg)
+    return Iface(
+        index=link.index,
+        name=link.name,
+        kind=link.kind,
+        mark=parse_mark(link.alias),
+        mtu=link.mtu,
+        up=bool(link.flags & IFF_UP),
+        link=link.link,
+        link_netnsid=link.link_netnsid,
+        info={},
+    )
+
+
+def set_link(
+    ipr: Netlink,
+    index: int,
+    *,
+    name: str = "",
+    alias: str = "",
+    mac: str = "",
+    mtu: int = 0,
+    up: bool = False,
+) -> None:
+    """Change interface `index` in one request (see `rtnl.set_link`)."""
+    ipr.rtnl.request(rtnl.set_link(index, name=name, alias=alias, mac=mac, mtu=mtu, up=up))
 
 
 def dump(ipr: Any) -> list[Iface]:
     return [_iface(msg) for msg in ipr.link("dump")]
 
 
-def delete(ipr: Any, index: int) -> None:
+def delete(ipr: Netlink, index: int) -> None:
     """Delete interface `index`; one that is already gone is success."""
     try:
-        ipr.link("del", index=index)
+        ipr.rtnl.request(rtnl.del_link(index))
     except NetlinkError as exc:
         if exc.code != errno.ENODEV:
             raise
@@ -98,9 +137,10 @@ def delete(ipr: Any, index: int) -> None:
 
 def nsid_of(ipr: Any, ns: Netns) -> int | None:
     """The id `ipr`'s netns gives `ns` (IFLA_LINK_NETNSID refers to it), None if unassigned."""
-    reply = ipr.get_netnsid(fd=ns.fd)
-    nsid = reply.get("nsid") if reply else None
-    return nsid if isinstance(nsid, int) and nsid >= 0 else None
+    for kind, body in ipr.rtnl.request(rtnl.get_nsid(ns.fd)):
+        if kind == rtnl.RTM_NEWNSID:
+            return rtnl.parse_nsid(body)
+    return None
 
 
 def links_into(ipr: Any, iface: Iface, home: Netns, target: Netns) -> bool:
@@ -146,55 +186,42 @@ def converge(ipr: Any, iface: Iface, mark: Mark, mtu: int, cidr: str) -> None:
     address someone else configured stays. On kernels before 6.1 (no IFA_PROTO)
     a replaced address is left behind.
     """
-    changes: dict[str, Any] = {}
-    if iface.mark != mark:
-        changes["ifalias"] = mark.format()
-    if mtu and iface.mtu != mtu:
-        changes["mtu"] = mtu
-    if changes:
-        ipr.link("set", index=iface.index, **changes)
+    alias = mark.format() if iface.mark != mark else ""
+    new_mtu = mtu if mtu and iface.mtu != mtu else 0
+    if alias or new_mtu:
+        set_link(ipr, iface.index, alias=alias, mtu=new_mtu)
     messages = [] if iface.fresh else addresses(ipr, iface.index)
     _converge_addresses(ipr, iface.index, parse_address(cidr), messages)
     if not iface.up:
-        ipr.link("set", index=iface.index, state="up")
+        set_link(ipr, iface.index, up=True)
 
 
-def addresses(ipr: Any, index: int) -> list[Any]:
-    """The RTM_NEWADDR messages of interface `index` (every family).
+def addresses(ipr: Netlink, index: int) -> list[rtnl.Address]:
+    """The addresses of interface `index` (every family).
 
     The request names the ifindex, so on a strict-checking socket (`netns.netlink`
     opens them so) the kernel sends only that interface's addresses: O(its own)
-    per call. pyroute2's `addr("dump", index=...)` asks for every address of the
-    netns and filters them itself, which makes a pod with 1,500 links quadratic.
-    Messages of other interfaces (a socket without strict checking) are dropped.
+    per call, where filtering a dump of the netns would make a pod with 1,500
+    links quadratic. Those of other interfaces, should any come, are dropped.
     """
-    request = ifaddrmsg()
-    request["index"] = index
-    core = ipr.asyncore
-
-    async def collect() -> list[Any]:
-        return [msg async for msg in await core.nlm_request(request, RTM_GETADDR)]
-
-    return [msg for msg in core.event_loop.run_until_complete(collect()) if msg["index"] == index]
+    return [
+        address
+        for kind, body in ipr.rtnl.request(rtnl.get_addresses(index))
+        if kind == rtnl.RTM_NEWADDR and (address := rtnl.parse_address(body)).index == index
+    ]
 
 
-def _converge_addresses(ipr: Any, index: int, want: Address | None, messages: list[Any]) -> None:
-    """`messages`: the interface's RTM_NEWADDR messages, as `addresses` gives them."""
-    present = False
-    for msg in messages:
-        local = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
-        have = ipaddress.ip_interface(f"{local}/{msg['prefixlen']}")
+def _converge_addresses(
+    ipr: Any, index: int, want: Address | None, present: list[rtnl.Address]
+) -> None:
+    """`present`: the interface's addresses, as `addresses` gives them."""
+    found = False
+    for each in present:
+        have = each.interface
         if have == want:
-            present = True
-        elif msg.get_attr("IFA_PROTO") == ADDRESS_PROTO:
-            ipr.addr("del", index=index, address=str(have.ip), prefixlen=msg["prefixlen"])
-    if want is not None and not present:
+            found = True
+        elif each.proto == ADDRESS_PROTO:
+            ipr.addr("del", index=index, address=str(have.ip), prefixlen=each.prefixlen)
+    if want is not None and not found:
         flags = IFA_F_NODAD if want.version == 6 else 0
-        ipr.addr(
-            "add",
-            index=index,
-            address=str(want.ip),
-            prefixlen=want.network.prefixlen,
-            proto=ADDRESS_PROTO,
-            flags=flags,
-        )
+        ipr.rtnl.request(rtnl.new_address(index, want, ADDRESS_PROTO, flags))

@@ -108,14 +108,13 @@ def create_and_place(
                 )
             # One request: the kernel sets the MAC, renames, marks and raises it under
             # one lock, so no one ever sees the final name unmarked.
-            mac = {"address": placement.mac} if placement.mac else {}
-            placement.ipr.link(
-                "set",
-                index=created.index,
-                ifname=placement.name,
-                ifalias=mark.format(),
-                state="up",
-                **mac,
+            iface.set_link(
+                placement.ipr,
+                created.index,
+                name=placement.name,
+                alias=mark.format(),
+                mac=placement.mac,
+                up=True,
             )
             # As the kernel has it now, without asking again: only the set changed it.
             made.append(replace(created, name=placement.name, mark=mark, up=True, fresh=True))

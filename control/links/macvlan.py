@@ -14,7 +14,7 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface
-from .announce import announce
+from .announce import Announcer
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -26,9 +26,11 @@ MACVLAN_MODE_BRIDGE = "bridge"
 
 
 class MacvlanDriver:
-    def __init__(self, host_netns: str = "") -> None:
-        """`host_netns`: where host interfaces are and macvlans are created ("": the caller's)."""
+    def __init__(self, host_netns: str = "", announcer: Announcer | None = None) -> None:
+        """`host_netns`: where host interfaces are and macvlans are created ("": the caller's);
+        `announcer`: where new ends' announcements are queued (default: one of its own)."""
         self._host = host_netns or CURRENT
+        self._announcer = announcer if announcer is not None else Announcer()
 
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
@@ -69,7 +71,7 @@ class MacvlanDriver:
                     )
                 iface.converge(ipr, found, mark, row.mtu, end.ip)
                 if found.fresh:
-                    announce(ns, end)
+                    self._announcer.later(end)
 
     def delete(self, row: LinkRow) -> None:
         """Remove the device if it is this link's macvlan; a gone netns or device is success."""

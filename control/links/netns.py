@@ -5,8 +5,9 @@ A netns is named by a path: a bind mount (`/var/run/netns/x`) or a process's
 `NetnsGone`, a path that is not a network namespace is `NotANetns`, both naming
 the path.
 
-`netlink(ns)` gives a pyroute2 `IPRoute` whose socket was created inside the
-namespace by `netns_thread.call_in_netns`; a netlink socket stays bound to the
+`netlink(ns)` gives a `Netlink`: a raw rtnetlink socket (`rtnl.py`) and a
+pyroute2 `IPRoute`, each socket created inside the namespace by
+`netns_thread.SocketMaker`; a netlink socket stays bound to the
 netns it was created in, so the calling thread (and process) never changes netns
 and nothing forks (pyroute2's own `netns=` forks a child per socket, which a
 process with gRPC threads must avoid).
@@ -26,12 +27,17 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from meshwire.dataplane.netns_thread import CLONE_NEWNET, call_in_netns
+from meshwire.dataplane.netns_thread import CLONE_NEWNET, SocketMaker
+
+from .rtnl import Rtnl
 
 # The calling thread's own netns, as a path (what "the host netns" means by default).
 CURRENT = "/proc/thread-self/ns/net"
 # ioctl on a namespace file: which kind of namespace it is (Linux 4.11+).
 NS_GET_NSTYPE = 0xB703
+# Every socket the drivers make in a pod netns: one thread for the process,
+# entering each netns only for socket() (see SocketMaker).
+_SOCKETS = SocketMaker()
 
 
 class NetnsGone(Exception):
@@ -96,34 +102,82 @@ def _netlink_socket_in(ns: Netns) -> int:
 
 def socket_in(ns: Netns, family: int, kind: int, proto: int = 0) -> socket.socket:
     """A socket created inside `ns`; it stays bound to `ns` whichever thread uses it."""
-    return call_in_netns(ns.fd, lambda: socket.socket(family, kind, proto), ns.path)
+    return _SOCKETS.socket(ns.fd, family, kind, proto, ns.path)
+
+
+class Netlink:
+    """An rtnetlink connection into one netns, for one thread.
+
+    `rtnl` is a raw socket for the requests that build links (`rtnl.py`); for
+    everything else, attribute access goes to a pyroute2 `IPRoute` in the same
+    netns (`link`, `addr`, `get_netnsid`, ...), created on first use: a pass
+    that only builds links never pays for one.
+    """
+
+    def __init__(self, ns: Netns | None) -> None:
+        self._ipr: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ns = ns
+        sock = (
+            socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+            if ns is None
+            else socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+        )
+        try:
+            self.rtnl = Rtnl(sock)
+        except BaseException:
+            sock.close()
+            raise
+
+    @property
+    def ipr(self) -> Any:
+        """pyroute2's `IPRoute` in this netns (see `netlink`)."""
+        if self._ipr is None:
+            fileno = None if self._ns is None else _netlink_socket_in(self._ns)
+            # A plain selector loop of its own: pyroute2 fails on uvloop, which
+            # `asyncio.new_event_loop()` would return once uvloop's policy is installed.
+            loop = asyncio.SelectorEventLoop()
+            try:
+                self._ipr = IPRoute(
+                    fileno=fileno, groups=0, ext_ack=True, strict_check=True, use_event_loop=loop
+                )
+            except BaseException:
+                loop.close()
+                if fileno is not None:
+                    os.close(fileno)
+                raise
+            self._loop = loop
+        return self._ipr
+
+    def __getattr__(self, name: str) -> Any:
+        # Only pyroute2's public API: an attribute of our own missing (a failed
+        # __init__, an AttributeError inside `ipr`) must not recurse into `ipr`.
+        if name.startswith("_") or name in ("ipr", "rtnl"):
+            raise AttributeError(name)
+        return getattr(self.ipr, name)
+
+    def close(self) -> None:
+        self.rtnl.close()
+        if self._ipr is not None and self._loop is not None:
+            self._ipr.close()
+            # One turn lets the aborted transport finish closing its socket.
+            self._loop.run_until_complete(asyncio.sleep(0))
+            self._loop.close()
+            self._ipr = None
 
 
 @contextmanager
-def netlink(ns: Netns | None = None) -> Iterator[Any]:
-    """An `IPRoute` talking to `ns` (None: the calling thread's own netns).
+def netlink(ns: Netns | None = None) -> Iterator[Netlink]:
+    """A `Netlink` talking to `ns` (None: the calling thread's own netns).
 
     Use it only from the thread that opened it: pyroute2 keeps one socket per
     thread and would open a fresh one, in that thread's netns, from any other.
     Works whatever event loop policy the process installed (uvloop included).
-    The socket checks requests strictly (NETLINK_GET_STRICT_CHK), so a dump
+    Both sockets check requests strictly (NETLINK_GET_STRICT_CHK), so a dump
     request that names an ifindex gets only that interface (`iface.addresses`).
     """
-    fileno = None if ns is None else _netlink_socket_in(ns)
-    # A plain selector loop of its own: pyroute2 fails on uvloop, which
-    # `asyncio.new_event_loop()` would return once uvloop's policy is installed.
-    loop = asyncio.SelectorEventLoop()
+    connection = Netlink(ns)
     try:
-        ipr = IPRoute(fileno=fileno, groups=0, ext_ack=True, strict_check=True, use_event_loop=loop)
-    except BaseException:
-        loop.close()
-        if fileno is not None:
-            os.close(fileno)
-        raise
-    try:
-        yield ipr
+        yield connection
     finally:
-        ipr.close()
-        # One turn lets the aborted transport finish closing its socket.
-        loop.run_until_complete(asyncio.sleep(0))
-        loop.close()
+        connection.close()

@@ -15,8 +15,8 @@ from contextlib import ExitStack
 from typing import Any
 
 from ..tables.links import LinkRow
-from . import iface
-from .announce import announce
+from . import iface, rtnl
+from .announce import Announcer
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -26,6 +26,10 @@ KIND = "veth"
 
 
 class VethDriver:
+    def __init__(self, announcer: Announcer | None = None) -> None:
+        """`announcer`: where new ends' announcements are queued (default: one of its own)."""
+        self._announcer = announcer if announcer is not None else Announcer()
+
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
         for end in (row.local, row.peer):
@@ -53,8 +57,8 @@ class VethDriver:
             with blame(mark.link, row.peer.netns, row.peer.intf):
                 iface.converge(pipr, peer, mark, row.mtu, row.peer.ip)
             if local.fresh:
-                announce(lns, row.local)
-                announce(pns, row.peer)
+                self._announcer.later(row.local)
+                self._announcer.later(row.peer)
 
     def delete(self, row: LinkRow) -> None:
         """Remove both ends if they are this link's veths; a gone netns or end is success."""
@@ -74,19 +78,12 @@ class VethDriver:
             if found is not None:
                 iface.delete(ipr, found.index)
         local_temp, peer_temp = _temps(row)
-        add: dict[str, Any] = {
-            "ifname": local_temp,
-            "kind": KIND,
-            "peer": {"ifname": peer_temp, "net_ns_fd": peer[1].fd},
-        }
-        if row.mtu:
-            add["mtu"] = row.mtu
-            add["peer"]["mtu"] = row.mtu
+        create = rtnl.new_veth(local_temp, peer_temp, peer[1].fd, row.mtu)
         # Asked of the local end's netns, where that end is made; the peer's
         # goes straight into its own.
         made = create_and_place(
             mark,
-            lambda: local[0].link("add", **add),
+            lambda: local[0].rtnl.request(create),
             [
                 Placement(local_temp, local[1], local[0], row.local.intf, row.local.mac),
                 Placement(peer_temp, peer[1], peer[0], row.peer.intf, row.peer.mac),

@@ -25,8 +25,8 @@ from typing import Any
 from pyroute2.netlink.exceptions import NetlinkError
 
 from ..tables.links import LinkRow
-from . import iface
-from .announce import announce
+from . import iface, rtnl
+from .announce import Announcer
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -38,10 +38,14 @@ MAX_VNI = 2**24 - 1
 
 
 class VxlanDriver:
-    def __init__(self, host_netns: str = "", port: int = VXLAN_PORT) -> None:
-        """`host_netns`: where devices are created and their UDP sockets live ("": the caller's)."""
+    def __init__(
+        self, host_netns: str = "", port: int = VXLAN_PORT, announcer: Announcer | None = None
+    ) -> None:
+        """`host_netns`: where devices are created and their UDP sockets live ("": the caller's);
+        `announcer`: where new ends' announcements are queued (default: one of its own)."""
         self._host = host_netns or CURRENT
         self._port = port
+        self._announcer = announcer if announcer is not None else Announcer()
 
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
@@ -62,16 +66,7 @@ class VxlanDriver:
                 if found is not None:
                     iface.delete(ipr, found.index)
                 temp = temp_name(row.key, Role.VXLAN)
-                add = {
-                    "ifname": temp,
-                    "kind": KIND,
-                    "net_ns_fd": ns.fd,
-                    "vxlan_id": row.vni,
-                    "vxlan_group6" if remote.version == 6 else "vxlan_group": str(remote),
-                    "vxlan_port": self._port,
-                }
-                if row.mtu:
-                    add["mtu"] = row.mtu
+                add = rtnl.new_vxlan(temp, ns.fd, row.vni, remote, self._port, row.mtu)
                 with open_netns(self._host) as hns, netlink(hns) as host:
                     (found,) = create_and_place(
                         mark,
@@ -80,7 +75,7 @@ class VxlanDriver:
                     )
             iface.converge(ipr, found, mark, row.mtu, end.ip)
             if found.fresh:
-                announce(ns, end)
+                self._announcer.later(end)
 
     def delete(self, row: LinkRow) -> None:
         """Remove the device if it is this link's vxlan; a gone netns or device is success."""
@@ -89,9 +84,9 @@ class VxlanDriver:
             temp = temp_name(row.key, Role.VXLAN)
             delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
 
-    def _add(self, host: Any, add: dict[str, Any], row: LinkRow) -> None:
+    def _add(self, host: Any, add: tuple[int, int, bytes], row: LinkRow) -> None:
         try:
-            host.link("add", **add)
+            host.rtnl.request(add)
         except NetlinkError as exc:
             if exc.code != errno.EEXIST:
                 raise

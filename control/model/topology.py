@@ -133,11 +133,19 @@ class Topology:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    # Links by uid (the first of each uid), built on the first `link()` call: a
+    # pod with 1,500 links is looked up once per link when derived, which a
+    # scan made quadratic. Not a field of the object's value.
+    _by_uid: dict[int, Link] | None = field(default=None, init=False, compare=False, repr=False)
+
     def link(self, uid: int) -> Link | None:
-        for link in self.links:
-            if link.uid == uid:
-                return link
-        return None
+        by_uid = self._by_uid
+        if by_uid is None:
+            by_uid = {}
+            for link in self.links:
+                by_uid.setdefault(link.uid, link)
+            object.__setattr__(self, "_by_uid", by_uid)
+        return by_uid.get(uid)
 
     def to_dict(self) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}

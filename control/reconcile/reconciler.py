@@ -3,7 +3,11 @@
 What a caller may rely on:
 
 - Every change to a row (insert, update, delete) queues its key; the queue
-  coalesces, debounces and never runs one key twice at once.
+  coalesces (a first change at once, later ones behind a short quiet) and
+  never runs one key twice at once. A delete always waits the quiet
+  (`reconcile.debounce`): a row back by then is updated, never torn down. A
+  row new to this process, or back from a delete, is taken at once even
+  within the quiet: there is nothing to coalesce it with.
 - A row is realised by `driver.update(row)`, which reads the kernel back and
   repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
   deleting what does not exist is success. When a row's ends move (new netns,
@@ -76,6 +80,16 @@ class LinkReconciler:
         # Deleted rows not yet torn down (the table no longer has them): what is
         # deleted when nothing was realised by this process (a restart).
         self._deleted: dict[str, LinkRow] = {}
+        # key -> (start, end) on time.monotonic() of the row's last update pass,
+        # driver calls included, success or not (`pass_span`).
+        self._passes: dict[str, tuple[float, float]] = {}
+        # key -> one future per `status_change()` caller waiting on that key,
+        # resolved (and the entry dropped) by the key's next status set.
+        self._status_waiters: dict[str, list[asyncio.Future[None]]] = {}
+        # The rows of the table when it was initialized that have not been
+        # attempted yet (still PENDING) and are still in it; None before then.
+        # Only shrinks: a key leaves it at its first status past PENDING or when
+        # its row is deleted (O(1) each, whatever the table's size).
         self._initial: set[str] | None = None
         self._closed = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="netlink")
@@ -98,7 +112,9 @@ class LinkReconciler:
 
     async def _track_initial(self) -> None:
         await self.links.wait_initialized()
-        self._initial = set(self.links.keys())
+        self._initial = {
+            key for key in self.links if self.statuses.get(key, LinkStatus()).state is State.PENDING
+        }
         self._check_initial()
 
     def _intake(self) -> None:
@@ -106,10 +122,22 @@ class LinkReconciler:
             if change.deleted:
                 self._deleted[change.key] = change.obj
                 self.statuses.pop(change.key, None)
+                if self._initial is not None:
+                    self._initial.discard(change.key)
+                # A delete waits out the queue's quiet: a row that leaves and
+                # comes back meanwhile (two Topology objects edited one after
+                # the other, whose ends disagree in between; a pod's DEL and
+                # ADD) is updated in place, not torn down and built again.
+                self.queue.add_after(change.key, self.queue.debounce)
             else:
-                self._deleted.pop(change.key, None)
+                back = self._deleted.pop(change.key, None) is not None
                 self._set_status(change.obj, LinkStatus())
-            self.queue.add(change.key)
+                if back or change.key not in self._realised:
+                    # A row new, or back from a delete (a pod's DEL then ADD):
+                    # no earlier pass to coalesce with, whatever the quiet says.
+                    self.queue.add_after(change.key, 0)
+                else:
+                    self.queue.add(change.key)
         # A row of the initial set that left the table is no longer waited for.
         self._check_initial()
 
@@ -147,6 +175,7 @@ class LinkReconciler:
                     await self._call(self.driver.delete, old)
                 self._deleted.pop(key, None)
                 self._realised.pop(key, None)
+                self._passes.pop(key, None)
                 self.queue.forget(key)
                 self._record_duration("delete", started, True)
                 return
@@ -163,9 +192,12 @@ class LinkReconciler:
             self._realised[key] = row
             await self._call(self.driver.update, row)
         except Exception as exc:  # every failure is recorded and retried, never dropped
+            if row is not None:
+                self._passes[key] = (started, time.monotonic())
             self._failed(key, row, exc)
             self._record_duration("delete" if row is None else "update", started, False)
             return
+        self._passes[key] = (started, time.monotonic())
         self.queue.forget(key)
         self._set_status(row, LinkStatus(State.DONE))
         self._record_duration("update", started, True)
@@ -200,17 +232,35 @@ class LinkReconciler:
         self.statuses[row.key] = status
         if self._on_status is not None:
             self._on_status(row, status)
+        if self._initial is not None and status.state is not State.PENDING:
+            self._initial.discard(row.key)
         self._check_initial()
+        for changed in self._status_waiters.pop(row.key, []):
+            if not changed.done():
+                changed.set_result(None)
+
+    async def status_change(self, keys: Iterable[str]) -> None:
+        """Return once the status of one of the rows `keys` is set again (a poller's
+        early wake-up: only the rows it polls wake it).
+
+        Bound it with a timeout: nothing may change. Cancelling it leaves nothing.
+        """
+        changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watched = list(keys)
+        for key in watched:
+            self._status_waiters.setdefault(key, []).append(changed)
+        try:
+            await changed
+        finally:
+            for key in watched:
+                waiters = self._status_waiters.get(key)
+                if waiters is not None and changed in waiters:
+                    waiters.remove(changed)
+                    if not waiters:
+                        del self._status_waiters[key]
 
     def _check_initial(self) -> None:
-        if self._initial is None or self.initial_done.is_set():
-            return
-        self._initial = {
-            key
-            for key in self._initial
-            if key in self.links and self.statuses.get(key, LinkStatus()).state is State.PENDING
-        }
-        if not self._initial:
+        if self._initial is not None and not self._initial and not self.initial_done.is_set():
             self.initial_done.set()
 
     def _record_duration(self, op: str, started: float, ok: bool) -> None:
@@ -225,6 +275,16 @@ class LinkReconciler:
             if status is not None and status.state is State.ERROR:
                 out.append(status.message)
         return out
+
+    def pass_span(self, keys: Iterable[str], since: float) -> tuple[float, float] | None:
+        """(earliest start, latest end) on time.monotonic() of the last update passes
+        over `keys` that started at or after `since`; None if none did."""
+        spans = [
+            span for key in keys if (span := self._passes.get(key)) is not None and span[0] >= since
+        ]
+        if not spans:
+            return None
+        return min(start for start, _ in spans), max(end for _, end in spans)
 
     def ends_wanted(self) -> set[tuple[str, str]]:
         """(netns, interface) of every end some row wants; pruning keeps these."""

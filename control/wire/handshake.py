@@ -1,7 +1,7 @@
 """The handshake loop: joins this node's wires to their far ends, one peer node at a time.
 
 It serves the manager's `nodes` queue (keys are peer node IPs, coalesced and
-debounced like every key). A pass over node N sends, batched, first the
+debounced behind each pass like every key). A pass over node N sends, batched, first the
 goodbyes owed to N (DeleteWires), then an offer for every wire towards N that
 wants a handshake (CreateWires), each RPC with the per-call timeout
 (`peer.rpc_timeout`, 5 s, KNE #743). Answers go to the manager. If anything
