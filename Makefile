@@ -19,7 +19,8 @@ down: setup
 test: setup
 	# A real kube-apiserver + etcd for tests/kube_cluster.py: built once, cached (or KUBEBUILDER_ASSETS).
 	bash scripts/kube-assets.sh >/dev/null
-	.venv/bin/python -m pytest -q --durations=25
+	# Two workers: labs run one at a time in one of them (tests/conftest.py groups them).
+	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 lint: setup
 	bash scripts/lint.sh
