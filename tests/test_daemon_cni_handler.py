@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,11 @@ class Written:
 
 
 def handler(
-    daemon: Daemon, written: Written, add_timeout: float, store: SandboxStore | None = None
+    daemon: Daemon,
+    written: Written,
+    add_timeout: float,
+    store: SandboxStore | None = None,
+    extra_errors: Callable[[set[str]], list[str]] = lambda keys: [],
 ) -> DaemonCniHandler:
     return DaemonCniHandler(
         NODE.node_ip,
@@ -65,6 +70,7 @@ def handler(
         add_timeout,
         lambda: "",
         PlacementKeeper(NODE.node_ip, daemon.topologies, written.set, store),
+        extra_errors,
     )
 
 
@@ -225,5 +231,28 @@ async def test_gc_of_another_network_or_of_an_unknown_one_releases_nothing() -> 
         await cni.gc(gc("meshnet"))
         assert written.calls == []
         assert cni.placements.held("default/r1") is not None
+    finally:
+        await daemon.stop()
+
+
+async def test_check_says_the_same_errors_as_plumbing_error_a_wires_handshake_included() -> None:
+    # plumbing_error lists derivation's problems, the rows' errors and the wires'
+    # failed handshakes (Daemon._publish_plumbing_error); CHECK says the same list.
+    daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
+    daemon.topologies.upsert(R1)
+    daemon.topologies.mark_initialized()
+    daemon.links.mark_initialized()
+    handshake = "wire default/1: handshake with node2 failed: DEADLINE_EXCEEDED"
+    cni = handler(daemon, written, 1.0, extra_errors=lambda keys: [handshake])
+    check = dataclasses.replace(DEL, command=Command.CHECK)
+    try:
+        with pytest.raises(CniError) as failed:
+            await cni.check(check)
+        assert failed.value.code == ErrorCode.INTERNAL
+        assert handshake in str(failed.value)
+        # Without the wire's error the same pod is only not realised yet.
+        with pytest.raises(CniError) as pending:
+            await handler(daemon, written, 1.0).check(check)
+        assert pending.value.code == ErrorCode.TRY_AGAIN_LATER
     finally:
         await daemon.stop()

@@ -41,7 +41,7 @@ from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.daemon import reserved_ports
-from meshwire.control.daemon.cni_handler import DaemonCniHandler
+from meshwire.control.daemon.cni_handler import DaemonCniHandler, pod_errors
 from meshwire.control.daemon.http import HealthServer
 from meshwire.control.daemon.link_counters import read_counters
 from meshwire.control.daemon.link_report import link_report
@@ -193,6 +193,7 @@ class Daemon:
             self.config.cni.add_timeout,
             self.not_ready,
             placements,
+            self._wire_problems,
         )
         endpoint = CniEndpoint(self.config.cni.socket, handler)
         health = HealthServer(
@@ -303,6 +304,9 @@ class Daemon:
         if removed:
             self.metrics.pruned.inc(removed)
 
+    def _wire_problems(self, keys: set[str]) -> list[str]:
+        return self.wire.manager.problems(keys) if self.wire is not None else []
+
     def _slots_changed(self, namespaces: set[str]) -> None:
         self._dirty_pods |= self.desired.rederive_namespaces(namespaces)
 
@@ -323,11 +327,8 @@ class Daemon:
         topology = self.topologies.get(pod)
         if topology is None or topology.status.src_ip != self.config.node_ip:
             return
-        errors = list(self.desired.problems.get(pod, ()))
         keys = self.links.lookup(POD_INDEX, pod)
-        errors += self.reconciler.errors(keys)
-        if self.wire is not None:
-            errors += self.wire.manager.problems(keys)
+        errors = pod_errors(pod, self.desired, self.reconciler, keys, self._wire_problems)
         message = "; ".join(errors)
         if message != topology.status.plumbing_error:
             self.status.set(pod, plumbing_error=message)

@@ -82,6 +82,19 @@ class StatusSink(Protocol):
     async def written(self, key: str) -> None: ...
 
 
+def pod_errors(
+    pod_key: str,
+    desired: DesiredLinks,
+    reconciler: LinkReconciler,
+    keys: set[str],
+    extra: Callable[[set[str]], list[str]],
+) -> list[str]:
+    """Every error of a pod's links, in one order: derivation's problems, then the
+    reconciler's errors of its rows, then `extra(keys)` (the wires' failed
+    handshakes). CNI ADD/CHECK and the pod's `plumbing_error` both say this list."""
+    return [*desired.problems.get(pod_key, ()), *reconciler.errors(keys), *extra(keys)]
+
+
 class DaemonCniHandler:
     def __init__(
         self,
@@ -93,6 +106,7 @@ class DaemonCniHandler:
         add_timeout: float,
         not_ready: Callable[[], str],
         placements: PlacementKeeper,
+        extra_errors: Callable[[set[str]], list[str]] = lambda keys: [],
     ) -> None:
         self.node_ip = node_ip
         self.topologies = topologies
@@ -102,6 +116,9 @@ class DaemonCniHandler:
         self.add_timeout = add_timeout
         self._not_ready = not_ready
         self.placements = placements
+        # Errors of a pod's rows kept outside the reconciler (a wire's failed
+        # handshake): the same list `plumbing_error` carries (Daemon.pod_errors).
+        self._extra_errors = extra_errors
 
     async def add(self, request: CniRequest) -> None:
         received = time.monotonic()
@@ -231,16 +248,16 @@ class DaemonCniHandler:
         (invalid links) and permanent errors are final until the topology changes.
         """
         converging = self.desired.pending()
-        errors = list(self.desired.problems.get(pod_key, ()))
-        for key in sorted(self.reconciler.links.lookup(POD_INDEX, pod_key)):
+        keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
+        for key in keys:
             status = self.reconciler.statuses.get(key, LinkStatus())
-            if status.state is State.ERROR:
-                errors.append(status.message)
             if status.state is State.PENDING or (
                 status.state is State.ERROR and not status.permanent
             ):
                 converging = True
-        return converging, errors
+        return converging, pod_errors(
+            pod_key, self.desired, self.reconciler, keys, self._extra_errors
+        )
 
     async def _wait_written(
         self, pod_key: str, deadline: float, recorded: Callable[[], bool]
