@@ -33,7 +33,8 @@ from collections.abc import Callable
 from meshwire.control.common.ids import Slot
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
 from meshwire.control.reconcile.derive import NodeView
-from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
+from meshwire.control.reconcile.desired import DesiredLinks
+from meshwire.control.tables.links import new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 
 NAMESPACE = "bench"

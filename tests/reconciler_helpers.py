@@ -50,11 +50,11 @@ from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.links.names import parse_mark
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
 from meshwire.control.reconcile.derive import NodeView
-from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
+from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import PruneNotReady, prune
 from meshwire.control.reconcile.reconciler import LinkReconciler
 from meshwire.control.reconcile.status import State
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import LinkRow, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 
 SCRIPTS = Path(__file__).parent / "testdata" / "reconciler"

@@ -11,8 +11,8 @@ from meshwire.control.common.ids import vni, wire_id
 from meshwire.control.model.emulation import Impairments
 from meshwire.control.model.topology import Link
 from meshwire.control.reconcile.derive import NodeView, derive_pods
-from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
-from meshwire.control.tables.links import LinkKind
+from meshwire.control.reconcile.desired import DesiredLinks
+from meshwire.control.tables.links import LinkKind, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 
 ON_A = NodeView(node_ip=NODE_A)

@@ -13,8 +13,9 @@ from reconciler_helpers import NODE
 from slot_helpers import HashedSlots
 
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
-from meshwire.control.reconcile.desired import DesiredLinks, new_links_table
+from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.status_writer import StatusRead
+from meshwire.control.tables.links import new_links_table
 from meshwire.control.tables.local_placements import PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 

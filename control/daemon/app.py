@@ -53,12 +53,12 @@ from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.reconcile.derive import NodeView
-from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks, new_links_table
+from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import prune
 from meshwire.control.reconcile.reconciler import LinkReconciler
 from meshwire.control.reconcile.status import LinkStatus
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
-from meshwire.control.tables.links import LinkKind, LinkRow
+from meshwire.control.tables.links import POD_INDEX, LinkKind, LinkRow, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 from meshwire.control.wire.metrics import WireCollector
 from meshwire.control.wire.stack import WireStack

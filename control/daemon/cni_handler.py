@@ -44,9 +44,10 @@ from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
 from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.daemon.placements import PlacementKeeper, write_placement
 from meshwire.control.model.topology import Topology
-from meshwire.control.reconcile.desired import POD_INDEX, DesiredLinks
+from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
 from meshwire.control.reconcile.status import LinkStatus, State
+from meshwire.control.tables.links import POD_INDEX
 from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 

@@ -15,25 +15,13 @@ exactly when a link's desired state changed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import POD_INDEX, LinkRow, pods_of
 from meshwire.control.tables.table import Table
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
-
-POD_INDEX = "pod"
-
-
-def _pods_of(row: LinkRow) -> Iterable[str]:
-    return {f"{row.namespace}/{end.pod}" for end in row.ends()}
-
-
-def new_links_table() -> Table[LinkRow]:
-    """The links table, indexed by the local pods (`ns/pod`) each row touches."""
-    return Table("links", indexes={POD_INDEX: _pods_of})
 
 
 class DesiredLinks:
@@ -73,7 +61,7 @@ class DesiredLinks:
         """Re-derive every pod this node has rows for or that claims this node."""
         pods = set(self.topologies.on_node(self.node.node_ip))
         for row in self.links.values():
-            pods |= set(_pods_of(row))
+            pods |= set(pods_of(row))
         self.rederive(pods)
 
     def rederive_namespaces(self, namespaces: set[str]) -> set[str]:
@@ -87,7 +75,7 @@ class DesiredLinks:
             pod
             for row in self.links.values()
             if row.namespace in namespaces
-            for pod in _pods_of(row)
+            for pod in pods_of(row)
         }
         if pods:
             self.rederive(pods)

@@ -13,10 +13,12 @@ link down) and the new one inserted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from meshwire.control.model.emulation import Impairments
+from meshwire.control.tables.table import Table
 
 
 class LinkKind(StrEnum):
@@ -83,3 +85,16 @@ class LinkRow:
         if self.kind is LinkKind.VETH:
             return (self.local, self.peer)
         return (self.local,)
+
+
+POD_INDEX = "pod"
+
+
+def pods_of(row: LinkRow) -> Iterable[str]:
+    """The local pods (`ns/pod`) a row touches."""
+    return {f"{row.namespace}/{end.pod}" for end in row.ends()}
+
+
+def new_links_table() -> Table[LinkRow]:
+    """The links table, indexed by the local pods (`ns/pod`) each row touches."""
+    return Table("links", indexes={POD_INDEX: pods_of})
