@@ -31,8 +31,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from kubernetes.aio.client import ApiClient
 
 from meshwire.control.auth.certs import CredentialError
 from meshwire.control.cni.endpoint import CniEndpoint
@@ -72,6 +75,16 @@ FLUSH_GRACE = 3.0
 # How `failure.describe` starts for a call the API server refused to authenticate
 # or authorize.
 DENIED = ("401 ", "403 ")
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What `Daemon._connect` builds around the API client, for `_serve` to run."""
+
+    informer: Informer
+    placements: PlacementKeeper
+    endpoint: CniEndpoint
+    health: HealthServer
 
 
 class Daemon:
@@ -148,7 +161,16 @@ class Daemon:
     # -- run ------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Connect to the API, build what talks to it, serve until stopped; links stay."""
         api = await make_api_client(self.config.api.url, self.config.api.kubeconfig)
+        try:
+            await self._serve(api, self._connect(api))
+        finally:
+            await api.close()  # type: ignore[no-untyped-call]
+
+    def _connect(self, api: ApiClient) -> _Parts:
+        """The parts that need the API client: status writer, informer, placements, the
+        CNI endpoint and the health server; readiness and metrics read them."""
         self.status = StatusWriter(
             KubeStatusApi(api, self.config.api.request_timeout),
             rate=self.config.reconcile.status_rate,
@@ -195,13 +217,21 @@ class Daemon:
             placements,
             self._wire_problems,
         )
-        endpoint = CniEndpoint(self.config.cni.socket, handler)
-        health = HealthServer(
-            self.config.metrics.listen,
-            self.metrics.registry,
-            self.not_ready,
-            self._link_report,
+        return _Parts(
+            informer,
+            placements,
+            CniEndpoint(self.config.cni.socket, handler),
+            HealthServer(
+                self.config.metrics.listen,
+                self.metrics.registry,
+                self.not_ready,
+                self._link_report,
+            ),
         )
+
+    async def _serve(self, api: ApiClient, parts: _Parts) -> None:
+        """Start every loop, wait for the stop (or a loop that ends), then stop them in
+        order: nothing is torn down, status writes get FLUSH_GRACE to land."""
         if self.config.reserve_ports:
             # In this thread: /proc/sys/net is the namespace of the thread that opens it.
             reserved_ports.reserve(reserved_ports.listen_ports(self.config))
@@ -209,17 +239,17 @@ class Daemon:
         # the CNI endpoint and every link but grpc ones work meanwhile.
         if self.wire is not None:
             self.wire.bind()
-        listening = asyncio.create_task(self._listen(health), name="listen")
-        await endpoint.start()
+        listening = asyncio.create_task(self._listen(parts.health), name="listen")
+        await parts.endpoint.start()
         self.status.start()
         tasks = [
-            asyncio.create_task(informer.run(), name="informer"),
+            asyncio.create_task(parts.informer.run(), name="informer"),
             asyncio.create_task(self.slots.run(api), name="slots"),
-            asyncio.create_task(self._derive_loop(placements), name="derive"),
+            asyncio.create_task(self._derive_loop(parts.placements), name="derive"),
             asyncio.create_task(self.reconciler.run(), name="reconciler"),
             asyncio.create_task(self._full_pass_loop(), name="full-pass"),
             asyncio.create_task(self._plumbing_error_loop(), name="plumbing-error"),
-            asyncio.create_task(placements.run(), name="placements"),
+            asyncio.create_task(parts.placements.run(), name="placements"),
         ]
         log.info(
             "meshwire daemon on node %s (%s) started; CNI socket %s, metrics %s",
@@ -237,7 +267,7 @@ class Daemon:
             # so that close() below stops them.
             self._waits.stopping.set()
             await asyncio.gather(listening, return_exceptions=True)
-            await endpoint.close()
+            await parts.endpoint.close()
             self.reconciler.close()
             for task in [stopped, *tasks]:
                 task.cancel()
@@ -248,9 +278,8 @@ class Daemon:
                 await asyncio.wait_for(self.status.flush(), FLUSH_GRACE)
             await self.status.close()
             self.desired.close()
-            placements.close()
-            await health.stop()
-            await api.close()  # type: ignore[no-untyped-call]
+            parts.placements.close()
+            await parts.health.stop()
 
     async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
         """`/links`: the rows are taken here, on the loop; counters read on a thread."""
