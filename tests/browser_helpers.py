@@ -104,8 +104,11 @@ class Browser:
     def wait_for(self, expression: str, timeout: float = 30.0) -> Any:
         """Poll `expression` until truthy; its value. Fails naming it after `timeout` s."""
         deadline = time.monotonic() + timeout
+        # While the page swaps in a new drawing an element can be missing for a moment:
+        # an expression that throws counts as not yet true.
+        guarded = f"(() => {{ try {{ return ({expression}); }} catch (e) {{ return null; }} }})()"
         while True:
-            value = self.evaluate(expression)
+            value = self.evaluate(guarded)
             if value:
                 return value
             assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {expression}"

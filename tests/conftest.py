@@ -45,15 +45,21 @@ def kube(kube_assets: Path) -> Iterator[ControlPlane]:
 # `make test` runs two pytest-xdist workers with --dist loadgroup. Tests that build
 # labs (network namespaces, daemons, thousands of links) share one group, so no
 # two labs ever run at once and none competes with another for the kernel's
-# global neighbour table; the real kube-apiserver's tests share another, so one
-# control plane serves them all. Every other test runs on whichever worker is free.
-_LAB_FILES = ("test_lab_", "test_scenario_", "test_graph_live", "test_wire_races")
+# global neighbour table (a lab on the real kube-apiserver included); the real
+# kube-apiserver's other tests share another group, so one control plane serves them. Every other test runs on whichever worker is free.
+_LAB_FILES = (
+    "test_lab_",
+    "test_scenario_",
+    "test_graph_live",
+    "test_wire_races",
+    "test_kube_lab",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         name = item.path.name
-        if name.startswith("test_kube_"):
-            item.add_marker(pytest.mark.xdist_group("kube"))
-        elif name.startswith(_LAB_FILES):
+        if name.startswith(_LAB_FILES):
             item.add_marker(pytest.mark.xdist_group("lab"))
+        elif name.startswith("test_kube_"):
+            item.add_marker(pytest.mark.xdist_group("kube"))

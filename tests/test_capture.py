@@ -32,6 +32,9 @@ def veth_in_netns() -> Iterator[tuple[str, str]]:
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         for cmd in (
+            # No IPv6: its router and multicast listener frames would be captured too.
+            "sysctl -q -w net.ipv6.conf.all.disable_ipv6=1",
+            "sysctl -q -w net.ipv6.conf.default.disable_ipv6=1",
             f"ip link add {prefix}a type veth peer name {prefix}b",
             f"ip link set {prefix}a up",
             f"ip link set {prefix}b up",
