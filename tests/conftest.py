@@ -46,7 +46,8 @@ def kube(kube_assets: Path) -> Iterator[ControlPlane]:
 # labs (network namespaces, daemons, thousands of links) share one group, so no
 # two labs ever run at once and none competes with another for the kernel's
 # global neighbour table (a lab on the real kube-apiserver included); the real
-# kube-apiserver's other tests share another group, so one control plane serves them. Every other test runs on whichever worker is free.
+# kube-apiserver's other tests share another group, so one control plane serves
+# them. Every other test runs on whichever worker is free.
 _LAB_FILES = (
     "test_lab_",
     "test_scenario_",
