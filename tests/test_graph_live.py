@@ -198,3 +198,17 @@ def test_a_link_taken_out_with_apply_leaves_the_page(lab: LiveLab, tmp_path: Pat
     links = json.loads(lab.browser.evaluate(lab.link_states()))
     assert sorted(links) == [f"link:{link}" for link in LINKS if link != "default/5"]
     assert lab.browser.evaluate("document.getElementById('row:default/5')") is None
+
+
+def test_a_pulled_cable_shows_as_pulled_and_plugged_back_as_up(lab: LiveLab) -> None:
+    where = ["--name", lab.name, "--dir", str(lab.directory)]
+    edge = "document.getElementById('link:default/1').dataset.state"
+    lab.browser.wait_for(f"{edge} === 'up'", WAIT)
+    pulled = lab.meshwire("lab", "link", "r1:eth1", "down", *where)
+    assert pulled.returncode == 0, pulled.stderr
+    try:
+        lab.browser.wait_for(f"{edge} === 'pulled'", WAIT)
+    finally:
+        plugged = lab.meshwire("lab", "link", "r1:eth1", "up", *where)
+        assert plugged.returncode == 0, plugged.stderr
+    lab.browser.wait_for(f"{edge} === 'up'", WAIT)

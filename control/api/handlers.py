@@ -130,22 +130,14 @@ class TopologyHandlers:
             bookmarks=request.query.get("allowWatchBookmarks", "").lower() in _TRUE,
             timeout=float(timeout) if timeout else None,
         )
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        try:
-            await watch.stream(
-                self.store,
-                self.broadcaster,
-                spec,
-                response.write,
-                bookmark_interval=self.bookmark_interval,
-                hung=self.hung,
-            )
-        except ConnectionResetError:
-            return response
-        await response.write_eof()
-        return response
+        return await watch.respond(
+            request,
+            self.store,
+            self.broadcaster,
+            spec,
+            bookmark_interval=self.bookmark_interval,
+            hung=self.hung,
+        )
 
     async def create(self, request: web.Request) -> web.Response:
         namespace = request.match_info["namespace"]

@@ -72,22 +72,14 @@ class IdAllocationHandlers:
             bookmarks=request.query.get("allowWatchBookmarks", "").lower() in _TRUE,
             timeout=float(timeout) if timeout.isdigit() and int(timeout) > 0 else None,
         )
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        try:
-            await watch.stream(
-                self.store,
-                self.broadcaster,
-                spec,
-                response.write,
-                bookmark_interval=self.bookmark_interval,
-                hung=lambda: False,
-            )
-        except ConnectionResetError:
-            return response
-        await response.write_eof()
-        return response
+        return await watch.respond(
+            request,
+            self.store,
+            self.broadcaster,
+            spec,
+            bookmark_interval=self.bookmark_interval,
+            hung=lambda: False,
+        )
 
     async def create(self, request: web.Request) -> web.Response:
         obj = admit(await _json_body(request))

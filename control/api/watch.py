@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+
 from meshwire.control.api import errors, jsonio
 from meshwire.control.api.store import ADDED, Event, Store
 from meshwire.control.model.topology import API_VERSION, KIND
@@ -169,6 +171,35 @@ async def stream(
         await _run(store, subscription, request, write, bookmark_interval, hung)
     finally:
         broadcaster.unsubscribe(subscription)
+
+
+async def respond(
+    http: web.Request,
+    store: Store,
+    broadcaster: Broadcaster,
+    request: WatchRequest,
+    *,
+    bookmark_interval: float,
+    hung: Callable[[], bool],
+) -> web.StreamResponse:
+    """The HTTP answer to a watch: a chunked JSON stream of `stream`'s events, ended
+    cleanly at its timeout or close; a client that left just ends it."""
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_chunked_encoding()
+    await response.prepare(http)
+    try:
+        await stream(
+            store,
+            broadcaster,
+            request,
+            response.write,
+            bookmark_interval=bookmark_interval,
+            hung=hung,
+        )
+    except ConnectionResetError:
+        return response
+    await response.write_eof()
+    return response
 
 
 async def _run(
