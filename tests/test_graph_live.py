@@ -136,9 +136,11 @@ def test_a_link_going_down_and_up_shows_on_the_page_without_a_reload(lab: LiveLa
 
 
 def test_clicking_a_link_shows_its_ends_kind_and_counters(lab: LiveLab) -> None:
-    lab.browser.evaluate(
-        "document.getElementById('link:default/5')"
-        ".dispatchEvent(new MouseEvent('click', {bubbles: true}))"
+    # Once the link is drawn (a drawing being swapped in has it for a moment not).
+    lab.browser.wait_for(
+        "(e => e !== null && e.dispatchEvent(new MouseEvent('click', {bubbles: true})))"
+        "(document.getElementById('link:default/5'))",
+        WAIT,
     )
     details = lab.browser.wait_for(
         "(t => t.includes('rx_packets') && t)(document.getElementById('details').innerText)",

@@ -38,6 +38,10 @@ FRAME_TIMEOUT = 3.0
 # 1024 by default, shared by every namespace) that the kernel can reclaim only
 # 5 s later; a full table drops requests unanswered. 150/s keeps it under 800.
 ARP_RATE = 150.0
+# An unanswered who-has is tried again this many times, this many seconds apart: a
+# full table (other labs, other tests on the machine) drops requests for a while.
+ARP_RETRIES = 3
+ARP_RETRY_PAUSE = 5.0
 # Links checked at once: each mostly waits for an answer, so more than the cores.
 PARALLEL = 32
 
@@ -195,8 +199,9 @@ def check_all(
 ) -> list[LinkResult]:
     """One result per link, in the order given; `errors` as for `check_link`.
 
-    A link whose ARP request went unanswered is checked once more after the
-    others, when the table entries of the first pass can be reclaimed.
+    A link whose ARP request went unanswered is checked again after the others,
+    up to ARP_RETRIES times, each after ARP_RETRY_PAUSE seconds in which the
+    kernel can reclaim the table entries of the passes before.
     """
     ends = Ends(end_netns(names, end) for link in links for end in pod_ends(link))
     pacer = Pacer(ARP_RATE)
@@ -206,9 +211,13 @@ def check_all(
 
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         results = list(pool.map(one, links))
-        again = [i for i, r in enumerate(results) if r.method == "arp" and not r.ok]
-        for i, result in zip(again, pool.map(one, [links[i] for i in again]), strict=True):
-            results[i] = result
+        for _ in range(ARP_RETRIES):
+            again = [i for i, r in enumerate(results) if r.method == "arp" and not r.ok]
+            if not again:
+                break
+            time.sleep(ARP_RETRY_PAUSE)
+            for i, result in zip(again, pool.map(one, [links[i] for i in again]), strict=True):
+                results[i] = result
     return results
 
 
