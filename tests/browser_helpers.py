@@ -10,8 +10,11 @@ a JavaScript condition). The process is stopped by its PID on close.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -27,7 +30,10 @@ class Browser:
     def __init__(self) -> None:
         program = shutil.which("chromium")
         assert program, "chromium is not installed (scripts/setup.sh installs it)"
-        self._profile = tempfile.TemporaryDirectory(prefix="mwgraph-chromium-")
+        # Chromium's helper processes may still write there a moment after it exits.
+        self._profile = tempfile.TemporaryDirectory(
+            prefix="mwgraph-chromium-", ignore_cleanup_errors=True
+        )
         self.process = subprocess.Popen(
             [
                 program,
@@ -42,6 +48,8 @@ class Browser:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Its own process group: close() stops Chromium's helpers with it.
+            start_new_session=True,
         )
         self._loop = asyncio.new_event_loop()
         self._ids = 0
@@ -119,6 +127,7 @@ class Browser:
             self._loop.run_until_complete(self._ws.close())
             self._loop.run_until_complete(self._session.close())
         self._loop.close()
-        self.process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
         self._profile.cleanup()
