@@ -92,12 +92,17 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLab]:
         browser.open(url)
         yield LiveLab(name, directory, LabDir(directory).load(), url, browser)
     finally:
-        if browser is not None:
-            browser.close()
-        if server is not None:
-            server.kill()
-            server.wait(timeout=30)
-        command.main(["down", *where])
+        # Each step even if one before it fails: the lab must go whatever happens.
+        try:
+            if browser is not None:
+                browser.close()
+        finally:
+            try:
+                if server is not None:
+                    server.kill()
+                    server.wait(timeout=30)
+            finally:
+                command.main(["down", *where])
 
 
 def test_the_page_shows_every_pod_and_every_link_up(lab: LiveLab) -> None:
