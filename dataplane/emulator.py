@@ -16,30 +16,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from meshwire.dataplane._wirec import ffi, lib
+from meshwire.dataplane.impairments import Params
 
 # Queue bounds of one end: past them a frame is dropped (counted as overflow).
 # 20,000 frames hold 20 ms of delay at 1M frames/s; 64 MiB, a second of 500 Mbit/s.
 MAX_FRAMES = 20_000
 MAX_BYTES = 64 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Params:
-    """A link end's impairments as the worker receives them (model/emulation.py's fields)."""
-
-    delay_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
-    corrupt_pct: float = 0.0
-    duplicate_pct: float = 0.0
-    reorder_pct: float = 0.0
-    rate_mbps: float = 0.0
-
-    def __bool__(self) -> bool:
-        return any(getattr(self, f.name) for f in fields(self))
-
-    def to_dict(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,8 @@ import uvloop
 
 from meshwire.dataplane import fdpass, hostport, messages, preface
 from meshwire.dataplane.counters import Counters
-from meshwire.dataplane.emulator import Params, Pump
+from meshwire.dataplane.emulator import Pump
+from meshwire.dataplane.impairments import Params
 from meshwire.dataplane.logs import LogFormat, setup_logging
 from meshwire.dataplane.netns_thread import setns
 from meshwire.dataplane.receiver import Listener

@@ -31,6 +31,8 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
+from meshwire.dataplane.impairments import Params
+
 ANNOTATION = "meshwire.dev/emulation"
 STATES = ("up", "down")
 
@@ -46,18 +48,10 @@ class EmulationError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Impairments:
-    delay_ms: float = 0.0
-    jitter_ms: float = 0.0
-    loss_pct: float = 0.0
-    corrupt_pct: float = 0.0
-    duplicate_pct: float = 0.0
-    reorder_pct: float = 0.0
-    rate_mbps: float = 0.0
-
-    def __bool__(self) -> bool:
-        """Whether anything is set: an all-zero value is no impairment."""
-        return any(getattr(self, f.name) for f in fields(self))
+class Impairments(Params):
+    """A link end's impairments as the topology gives them: the fields the workers'
+    emulator takes (dataplane/impairments.Params, the one list of them), read and
+    written as a user does. Falsy when nothing is set."""
 
     def to_dict(self) -> dict[str, float]:
         """The fields set (non-zero), ints where they are whole, as a user wrote them."""
