@@ -53,8 +53,7 @@ from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import PruneNotReady, prune
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.reconcile.status import State
-from meshwire.control.tables.links import LinkRow, new_links_table
+from meshwire.control.tables.links import LinkRow, State, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 
 SCRIPTS = Path(__file__).parent / "testdata" / "reconciler"
@@ -329,9 +328,9 @@ class Scenario:
             reconciler = self.daemon.reconciler
             actual = []
             for key in sorted(self.daemon.links.keys()):
-                status = reconciler.statuses.get(key)
-                line = f"{key} {status.state.value if status else 'pending'}"
-                if status is not None and status.state is State.ERROR:
+                status = self.daemon.links.status(key)
+                line = f"{key} {status.state.value}"
+                if status.state is State.ERROR:
                     line += f" attempts={status.attempts}" + (
                         " permanent" if status.permanent else ""
                     )

@@ -20,6 +20,7 @@ from meshwire.control.client.capture import (
     pcap_header,
 )
 from meshwire.control.daemon.link_report import link_report
+from meshwire.control.tables.links import PENDING
 
 pytestmark = pytest.mark.root
 
@@ -83,7 +84,7 @@ def test_an_interface_that_is_not_there_is_named(veth_in_netns: tuple[str, str])
 def test_a_link_end_is_found_in_the_daemons_links_by_pod_and_interface() -> None:
     veth = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
     grpc = grpc_row("/run/netns/c")
-    entries = link_report([veth, grpc], {})
+    entries = link_report([(veth, PENDING), (grpc, PENDING)])
     assert end_netns(entries, "lab/r1:eth2") == ("/run/netns/a", "eth2")
     assert end_netns(entries, "lab/r2:eth1") == ("/run/netns/b", "eth1")
     assert end_netns(entries, "lab/r1:eth1") == ("/run/netns/c", "eth1")

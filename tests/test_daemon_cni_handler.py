@@ -237,7 +237,7 @@ async def test_gc_of_another_network_or_of_an_unknown_one_releases_nothing() -> 
 
 async def test_check_says_the_same_errors_as_plumbing_error_a_wires_handshake_included() -> None:
     # plumbing_error lists derivation's problems, the rows' errors and the wires'
-    # failed handshakes (Daemon._publish_plumbing_error); CHECK says the same list.
+    # failed handshakes (daemon/plumbing_error.py); CHECK says the same list.
     daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
     daemon.topologies.upsert(R1)
     daemon.topologies.mark_initialized()

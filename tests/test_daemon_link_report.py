@@ -10,7 +10,7 @@ from links_helpers import grpc_row, veth_row
 
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.model.emulation import Impairments
-from meshwire.control.reconcile.status import LinkStatus, State
+from meshwire.control.tables.links import LinkStatus, State
 
 VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
 GRPC = grpc_row("/run/netns/a")
@@ -25,7 +25,7 @@ FAILED = LinkStatus(
 
 
 def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
-    (veth, grpc) = link_report([VETH, GRPC], {GRPC.key: FAILED, VETH.key: LinkStatus().done()})
+    (veth, grpc) = link_report([(VETH, LinkStatus().done()), (GRPC, FAILED)])
 
     assert grpc == {
         "link": "lab/5",
@@ -63,16 +63,16 @@ def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
 
 
 def test_a_row_not_yet_attempted_is_pending() -> None:
-    (entry,) = link_report([VETH], {})
+    (entry,) = link_report([(VETH, LinkStatus())])
     assert (entry["state"], entry["attempts"]) == ("pending", 0)
 
 
 def test_a_state_keeps_only_its_entries_and_an_unknown_one_is_refused() -> None:
-    statuses = {GRPC.key: FAILED, VETH.key: LinkStatus().done()}
-    assert [e["key"] for e in link_report([VETH, GRPC], statuses, "error")] == [GRPC.key]
-    assert [e["key"] for e in link_report([VETH, GRPC], statuses, "done")] == [VETH.key]
+    rows = [(GRPC, FAILED), (VETH, LinkStatus().done())]
+    assert [e["key"] for e in link_report(rows, "error")] == [GRPC.key]
+    assert [e["key"] for e in link_report(rows, "done")] == [VETH.key]
     with pytest.raises(ValueError, match="state 'broken' is not one of pending, done, error"):
-        link_report([VETH], statuses, "broken")
+        link_report([(VETH, FAILED)], "broken")
 
 
 def test_each_end_shows_its_impairments_and_the_link_its_cable() -> None:
@@ -83,7 +83,7 @@ def test_each_end_shows_its_impairments_and_the_link_its_cable() -> None:
         down=True,
         emulated=True,
     )
-    (entry,) = link_report([row], {})
+    (entry,) = link_report([(row, LinkStatus())])
     assert entry["emulated"]
     assert entry["local"]["impairments"] == {"delay_ms": 20, "loss_pct": 1.5}
     assert entry["peer"]["impairments"] == {"rate_mbps": 100}

@@ -21,6 +21,7 @@ from meshwire.control.daemon.link_report import link_report
 from meshwire.control.graph import formats, layout
 from meshwire.control.graph.live import page_state
 from meshwire.control.graph.model import build
+from meshwire.control.tables.links import PENDING
 from tests.paths import REPO as ROOT
 
 NODES = {"169.254.0.11": "node1", "169.254.0.12": "node2"}
@@ -141,11 +142,11 @@ def test_links_reports_each_ends_counters_when_asked() -> None:
     row = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
     counters = {("/run/netns/a", "eth2"): {"exists": True, "rx_packets": 7}}
 
-    (entry,) = link_report([row], {}, counters=counters)
+    (entry,) = link_report([(row, PENDING)], counters=counters)
 
     assert entry["local"]["counters"] == {"exists": True, "rx_packets": 7}
     assert entry["peer"]["counters"] == {}
-    assert "counters" not in link_report([row], {})[0]["local"]
+    assert "counters" not in link_report([(row, PENDING)])[0]["local"]
 
 
 def test_the_svg_names_everything_and_chromium_renders_it(tmp_path: Path) -> None:

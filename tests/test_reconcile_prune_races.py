@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 from reconciler_helpers import Pause, Scenario
 
-from meshwire.control.reconcile.status import State
+from meshwire.control.tables.links import State
 
 
 async def left_over_link(scenario: Scenario) -> None:
@@ -78,13 +78,13 @@ async def test_a_row_whose_interface_a_prune_removed_shows_pending_until_rebuilt
         scenario.cmd_place("r2", "/ns/r2")
         await scenario.cmd_settle()
         reconciler = scenario.daemon.reconciler
-        states = reconciler.statuses
-        [key] = [row.key for row in reconciler.links.values() if row.local.netns == "/ns/r1"]
-        assert states[key].state is State.DONE
+        links = reconciler.links
+        [key] = [row.key for row in links.values() if row.local.netns == "/ns/r1"]
+        assert links.status(key).state is State.DONE
         assert reconciler.recheck("/ns/r1", "eth1")
-        assert states[key].state is State.PENDING  # until the queued check has run
+        assert links.status(key).state is State.PENDING  # until the queued check has run
         await scenario.cmd_settle()
-        assert states[key].state is State.DONE
+        assert links.status(key).state is State.DONE
         assert not reconciler.recheck("/ns/r9", "eth1")
     finally:
         await scenario.daemon.stop()

@@ -14,7 +14,7 @@ import asyncio
 
 from reconciler_helpers import Pause, Scenario
 
-from meshwire.control.reconcile.status import State
+from meshwire.control.tables.links import State
 
 
 def three_pods_two_links(scenario: Scenario) -> None:
@@ -67,7 +67,7 @@ async def test_a_status_change_wakes_those_waiting_on_that_row_only() -> None:
 
         pause.go.set()
         await asyncio.wait_for(on_link, 30)
-        assert reconciler.statuses[key].state is State.DONE
+        assert reconciler.links.status(key).state is State.DONE
         await scenario.cmd_settle()
         assert not on_other.done()
         on_other.cancel()

@@ -2,7 +2,7 @@
 
     informer ─▶ topologies ─▶ desired links ─▶ links table ─▶ link reconciler ─▶ drivers
         ▲            └▶ slot keeper ─▶┘ (id slots)
-        │                          │ problems         statuses │
+        │                          │ problems    row statuses  │
         └── status writer ◀── plumbing_error ◀────────────────┘
     slot keeper ◀─▶ IdAllocation object in the API (claims and frees namespace slots)
     CNI endpoint ─▶ topologies (placement) ; /healthz /readyz /metrics
@@ -44,12 +44,13 @@ from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.daemon import reserved_ports
-from meshwire.control.daemon.cni_handler import DaemonCniHandler, pod_errors
+from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
 from meshwire.control.daemon.link_counters import read_counters
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.daemon.placements import PlacementKeeper
+from meshwire.control.daemon.plumbing_error import PlumbingErrors
 from meshwire.control.daemon.sandbox_store import SandboxStore
 from meshwire.control.daemon.slot_keeper import SlotKeeper
 from meshwire.control.informer.client import make_api_client
@@ -59,17 +60,14 @@ from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import prune
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.reconcile.status import LinkStatus
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
-from meshwire.control.tables.links import POD_INDEX, LinkKind, LinkRow, new_links_table
+from meshwire.control.tables.links import LinkKind, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 from meshwire.control.wire.metrics import WireCollector
 from meshwire.control.wire.stack import WireStack
 
 log = logging.getLogger(__name__)
 
-# How often pods whose link errors changed get their plumbing_error rewritten.
-PLUMBING_ERROR_PERIOD = 0.2
 # Shutdown waits this long for status writes to reach the API.
 FLUSH_GRACE = 3.0
 # How `failure.describe` starts for a call the API server refused to authenticate
@@ -121,10 +119,8 @@ class Daemon:
             self.links,
             self.driver,
             self.queue,
-            on_status=self._on_link_status,
             on_duration=self.metrics.observe_reconcile,
         )
-        self._dirty_pods: set[str] = set()
         self._waits = StartWaits()
         # Why the informer's last list or watch failed ("" when none did).
         self._sync_error: Callable[[], str] = lambda: ""
@@ -187,13 +183,20 @@ class Daemon:
         )
         self._sync_error = lambda: informer.stats.last_error
         status = self.status
+        self.plumbing = PlumbingErrors(
+            self.config.node_ip,
+            self.topologies,
+            self.links,
+            self.desired,
+            self.status.set,
+            self._wire_problems,
+        )
         self._write_denied = lambda: status.denied
         self.slots.view_healthy = lambda: not informer.stats.last_error
         self.metrics.attach(
             StateView(
                 queue_depth=lambda: self.queue.depth,
-                links=self.links.values,
-                statuses=lambda: self.reconciler.statuses,
+                links=self.links.with_status,
                 topologies=lambda: len(self.topologies),
                 informer_counts=lambda: informer_counts(informer.stats),
                 synced=lambda: self.topologies.initialized,
@@ -248,7 +251,7 @@ class Daemon:
             asyncio.create_task(self._derive_loop(parts.placements), name="derive"),
             asyncio.create_task(self.reconciler.run(), name="reconciler"),
             asyncio.create_task(self._full_pass_loop(), name="full-pass"),
-            asyncio.create_task(self._plumbing_error_loop(), name="plumbing-error"),
+            asyncio.create_task(self.plumbing.run(), name="plumbing-error"),
             asyncio.create_task(parts.placements.run(), name="placements"),
         ]
         log.info(
@@ -278,14 +281,15 @@ class Daemon:
                 await asyncio.wait_for(self.status.flush(), FLUSH_GRACE)
             await self.status.close()
             self.desired.close()
+            self.plumbing.close()
             parts.placements.close()
             await parts.health.stop()
 
     async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
         """`/links`: the rows are taken here, on the loop; counters read on a thread."""
-        rows = list(self.links.values())
-        read = await asyncio.to_thread(read_counters, rows) if counters else None
-        return link_report(rows, self.reconciler.statuses, state, read)
+        rows = self.links.with_status()
+        read = await asyncio.to_thread(read_counters, [r for r, _ in rows]) if counters else None
+        return link_report(rows, state, read)
 
     async def _listen(self, health: HealthServer) -> None:
         """Open the metrics port, then the wire's (workers, Peer service), each waited for."""
@@ -299,7 +303,7 @@ class Daemon:
         await self.topologies.wait_initialized()
         await self.slots.synced.wait()
         placements.start()
-        self._dirty_pods |= self.desired.step()
+        self.plumbing.mark(self.desired.step())
         self.links.mark_initialized()
         log.info(
             "topologies synced: %d objects, %d links for this node",
@@ -308,7 +312,7 @@ class Daemon:
         )
         while True:
             await self.desired.wait()
-            self._dirty_pods |= self.desired.step()
+            self.plumbing.mark(self.desired.step())
 
     async def _full_pass_loop(self) -> None:
         """Prune once the initial reconcile is done, then re-verify everything periodically."""
@@ -337,30 +341,7 @@ class Daemon:
         return self.wire.manager.problems(keys) if self.wire is not None else []
 
     def _slots_changed(self, namespaces: set[str]) -> None:
-        self._dirty_pods |= self.desired.rederive_namespaces(namespaces)
-
-    # -- plumbing_error -------------------------------------------------------
-
-    def _on_link_status(self, row: LinkRow, status: LinkStatus) -> None:
-        del status
-        self._dirty_pods |= {f"{row.namespace}/{end.pod}" for end in row.ends()}
-
-    async def _plumbing_error_loop(self) -> None:
-        while True:
-            await asyncio.sleep(PLUMBING_ERROR_PERIOD)
-            dirty, self._dirty_pods = self._dirty_pods, set()
-            for pod in sorted(dirty):
-                self._publish_plumbing_error(pod)
-
-    def _publish_plumbing_error(self, pod: str) -> None:
-        topology = self.topologies.get(pod)
-        if topology is None or topology.status.src_ip != self.config.node_ip:
-            return
-        keys = self.links.lookup(POD_INDEX, pod)
-        errors = pod_errors(pod, self.desired, self.reconciler, keys, self._wire_problems)
-        message = "; ".join(errors)
-        if message != topology.status.plumbing_error:
-            self.status.set(pod, plumbing_error=message)
+        self.plumbing.mark(self.desired.rederive_namespaces(namespaces))
 
 
 def _wire_stack(config: Config) -> WireStack | None:

@@ -46,8 +46,7 @@ from meshwire.control.daemon.placements import PlacementKeeper, write_placement
 from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.reconcile.status import LinkStatus, State
-from meshwire.control.tables.links import POD_INDEX
+from meshwire.control.tables.links import POD_INDEX, LinksTable, State
 from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 
@@ -86,14 +85,14 @@ class StatusSink(Protocol):
 def pod_errors(
     pod_key: str,
     desired: DesiredLinks,
-    reconciler: LinkReconciler,
+    links: LinksTable,
     keys: set[str],
     extra: Callable[[set[str]], list[str]],
 ) -> list[str]:
     """Every error of a pod's links, in one order: derivation's problems, then the
-    reconciler's errors of its rows, then `extra(keys)` (the wires' failed
+    errors in the statuses of its rows `keys`, then `extra(keys)` (the wires' failed
     handshakes). CNI ADD/CHECK and the pod's `plumbing_error` both say this list."""
-    return [*desired.problems.get(pod_key, ()), *reconciler.errors(keys), *extra(keys)]
+    return [*desired.problems.get(pod_key, ()), *links.errors(keys), *extra(keys)]
 
 
 class DaemonCniHandler:
@@ -251,13 +250,13 @@ class DaemonCniHandler:
         converging = self.desired.pending()
         keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
         for key in keys:
-            status = self.reconciler.statuses.get(key, LinkStatus())
+            status = self.reconciler.links.status(key)
             if status.state is State.PENDING or (
                 status.state is State.ERROR and not status.permanent
             ):
                 converging = True
         return converging, pod_errors(
-            pod_key, self.desired, self.reconciler, keys, self._extra_errors
+            pod_key, self.desired, self.reconciler.links, keys, self._extra_errors
         )
 
     async def _wait_written(

@@ -17,23 +17,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from meshwire.control.reconcile.status import LinkStatus, State
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import LinkRow, LinkStatus, State
 
 
 def link_report(
-    rows: Iterable[LinkRow],
-    statuses: Mapping[str, LinkStatus],
+    rows: Iterable[tuple[LinkRow, LinkStatus]],
     state: str = "",
     counters: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The entries for `rows`; only those in `state` (a `State` value) unless "";
+    """The entries for `rows` (each with its status, `LinksTable.with_status`); only
+    those in `state` (a `State` value) unless "";
     `counters` maps (netns, intf) to an end's counters."""
     if state and state not in set(State):
         raise ValueError(f"state {state!r} is not one of {', '.join(State)}")
     out = []
-    for row in sorted(rows, key=lambda r: r.key):
-        status = statuses.get(row.key, LinkStatus())
+    for row, status in sorted(rows, key=lambda r: r[0].key):
         if state and status.state != state:
             continue
         entry: dict[str, Any] = {

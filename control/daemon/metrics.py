@@ -18,8 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from meshwire.control.informer.stats import InformerStats
-from meshwire.control.reconcile.status import LinkStatus
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import LinkRow, LinkStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +26,8 @@ class StateView:
     """Callables the collector reads at scrape time."""
 
     queue_depth: Callable[[], int]
-    links: Callable[[], list[LinkRow]]
-    statuses: Callable[[], dict[str, LinkStatus]]
+    # Every link row with its reconcile status.
+    links: Callable[[], list[tuple[LinkRow, LinkStatus]]]
     topologies: Callable[[], int]
     informer_counts: Callable[[], dict[str, int]]
     synced: Callable[[], bool]
@@ -47,10 +46,8 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             "meshwire_topologies", "Topology objects in the table.", value=view.topologies()
         )
-        statuses = view.statuses()
         by_kind_state: Counter[tuple[str, str]] = Counter()
-        for row in view.links():
-            status = statuses.get(row.key, LinkStatus())
+        for row, status in view.links():
             by_kind_state[(row.kind.value, status.state.value)] += 1
         links = GaugeMetricFamily(
             "meshwire_links", "Link rows of this node by kind and status.", labels=["kind", "state"]

@@ -18,7 +18,10 @@ What a caller may rely on:
   built.
 - A `LinkError` is retried with per-key backoff (100 ms doubling to 60 s); a
   `SpecError` is recorded and waits for a change or the next full pass. Every
-  failure is in `statuses`; nothing is dropped.
+  failure is in the row's status; nothing is dropped.
+- Each row's status is written to the table (`LinksTable.set_status`), the one
+  place it is kept: pending when the reconciler takes a change to the row, done
+  or error after each pass.
 - `initial_done` is set once the table was initialized and every row that
   existed at that moment has been attempted once (success or recorded error).
   Pruning waits for it (`prune.py`), so a transient failure at start can never
@@ -39,9 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.driver import LinkDriver
 from meshwire.control.links.errors import SpecError
-from meshwire.control.reconcile.status import LinkStatus, State
-from meshwire.control.tables.links import LinkRow
-from meshwire.control.tables.table import Table
+from meshwire.control.tables.links import PENDING, LinkRow, LinksTable, LinkStatus, State
 
 log = logging.getLogger(__name__)
 
@@ -57,21 +58,18 @@ def _placement(row: LinkRow) -> tuple[str, tuple[tuple[str, str], ...]]:
 class LinkReconciler:
     def __init__(
         self,
-        links: Table[LinkRow],
+        links: LinksTable,
         driver: LinkDriver,
         queue: WorkQueue,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
-        on_status: Callable[[LinkRow, LinkStatus], None] | None = None,
         on_duration: Callable[[str, float, bool], None] | None = None,
     ) -> None:
         self.links = links
         self.driver = driver
         self.queue = queue
         self.concurrency = concurrency
-        self.statuses: dict[str, LinkStatus] = {}
         self.initial_done = asyncio.Event()
-        self._on_status = on_status
         self._on_duration = on_duration
         # Rows as last handed to `driver.update` (realised, or partly if it
         # failed), to know what to clear when a row's ends move or the row goes
@@ -112,16 +110,13 @@ class LinkReconciler:
 
     async def _track_initial(self) -> None:
         await self.links.wait_initialized()
-        self._initial = {
-            key for key in self.links if self.statuses.get(key, LinkStatus()).state is State.PENDING
-        }
+        self._initial = {key for key in self.links if self.links.status(key).state is State.PENDING}
         self._check_initial()
 
     def _intake(self) -> None:
         for change in self._tracker.next():
             if change.deleted:
                 self._deleted[change.key] = change.obj
-                self.statuses.pop(change.key, None)
                 if self._initial is not None:
                     self._initial.discard(change.key)
                 # A delete waits out the queue's quiet: a row that leaves and
@@ -131,7 +126,7 @@ class LinkReconciler:
                 self.queue.add_after(change.key, self.queue.debounce)
             else:
                 back = self._deleted.pop(change.key, None) is not None
-                self._set_status(change.obj, LinkStatus())
+                self._set_status(change.key, PENDING)
                 if back or change.key not in self._realised:
                     # A row new, or back from a delete (a pod's DEL then ADD):
                     # no earlier pass to coalesce with, whatever the quiet says.
@@ -146,7 +141,7 @@ class LinkReconciler:
         for key in sorted(keys):
             row = self.links.get(key)
             if row is not None:
-                self._set_status(row, LinkStatus())
+                self._set_status(key, PENDING)
                 self.queue.add(key)
 
     def verify_all(self) -> None:
@@ -199,7 +194,7 @@ class LinkReconciler:
             return
         self._passes[key] = (started, time.monotonic())
         self.queue.forget(key)
-        self._set_status(row, LinkStatus(State.DONE))
+        self._set_status(key, LinkStatus(State.DONE))
         self._record_duration("update", started, True)
 
     def _failed(self, key: str, row: LinkRow | None, exc: Exception) -> None:
@@ -207,8 +202,8 @@ class LinkReconciler:
         if row is None:
             log.warning("deleting link %s failed: %s", key, exc)
         else:
-            status = self.statuses.get(key, LinkStatus()).failed(str(exc), permanent)
-            self._set_status(row, status)
+            status = self.links.status(key).failed(str(exc), permanent)
+            self._set_status(key, status)
             log.warning(
                 "link %s failed (attempt %d%s): %s",
                 key,
@@ -226,16 +221,14 @@ class LinkReconciler:
 
     # -- status ---------------------------------------------------------------
 
-    def _set_status(self, row: LinkRow, status: LinkStatus) -> None:
-        if self.links.get(row.key) is None:
+    def _set_status(self, key: str, status: LinkStatus) -> None:
+        """Write the status of row `key` to the table; nothing when it has no such row."""
+        if self.links.set_status(key, status) is None:
             return
-        self.statuses[row.key] = status
-        if self._on_status is not None:
-            self._on_status(row, status)
         if self._initial is not None and status.state is not State.PENDING:
-            self._initial.discard(row.key)
+            self._initial.discard(key)
         self._check_initial()
-        for changed in self._status_waiters.pop(row.key, []):
+        for changed in self._status_waiters.pop(key, []):
             if not changed.done():
                 changed.set_result(None)
 
@@ -266,15 +259,6 @@ class LinkReconciler:
     def _record_duration(self, op: str, started: float, ok: bool) -> None:
         if self._on_duration is not None:
             self._on_duration(op, time.monotonic() - started, ok)
-
-    def errors(self, keys: set[str]) -> list[str]:
-        """Error messages of the rows `keys` (say, a pod's rows), in key order."""
-        out = []
-        for key in sorted(keys):
-            status = self.statuses.get(key)
-            if status is not None and status.state is State.ERROR:
-                out.append(status.message)
-        return out
 
     def pass_span(self, keys: Iterable[str], since: float) -> tuple[float, float] | None:
         """(earliest start, latest end) on time.monotonic() of the last update passes

@@ -9,11 +9,18 @@ Keys: a veth joins two pods of this node and is one row, `ns/uid`; every other
 kind is one end on this node, `ns/uid/pod`. So when a pod moves between nodes
 the key changes with the kind: the old row is deleted (its driver tears the old
 link down) and the new one inserted.
+
+Each row also carries its reconcile status (`LinkStatus`), which only the
+reconciler writes (`LinksTable.set_status`). A status is not desired state: a
+status write does not bump the table's revision, so change trackers never see
+it; `watch_status` callbacks do, each write. A row's status goes with the row
+when it is deleted; an upsert keeps it until the reconciler takes the change
+(and sets it pending). A row without a status yet is pending.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -87,7 +94,36 @@ class LinkRow:
         return (self.local,)
 
 
+class State(StrEnum):
+    PENDING = "pending"
+    DONE = "done"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkStatus:
+    """The reconcile status of a row: pending, done, or error with its message."""
+
+    state: State = State.PENDING
+    message: str = ""
+    # Failed attempts since the last success.
+    attempts: int = 0
+    # True when retrying cannot help (a bad spec, a name taken by a foreign
+    # interface): the row waits for a change or the next full pass.
+    permanent: bool = False
+
+    def done(self) -> LinkStatus:
+        return LinkStatus(State.DONE)
+
+    def failed(self, message: str, permanent: bool) -> LinkStatus:
+        return LinkStatus(State.ERROR, message, self.attempts + 1, permanent)
+
+
+PENDING = LinkStatus()
+
 POD_INDEX = "pod"
+
+StatusWatcher = Callable[[LinkRow, LinkStatus], None]
 
 
 def pods_of(row: LinkRow) -> Iterable[str]:
@@ -95,6 +131,55 @@ def pods_of(row: LinkRow) -> Iterable[str]:
     return {f"{row.namespace}/{end.pod}" for end in row.ends()}
 
 
-def new_links_table() -> Table[LinkRow]:
-    """The links table, indexed by the local pods (`ns/pod`) each row touches."""
-    return Table("links", indexes={POD_INDEX: pods_of})
+class LinksTable(Table[LinkRow]):
+    """The links table, indexed by the local pods (`ns/pod`) each row touches; each
+    row with its reconcile status (see the module doc)."""
+
+    def __init__(self) -> None:
+        super().__init__("links", indexes={POD_INDEX: pods_of})
+        # Invariant: only keys of current rows.
+        self._statuses: dict[str, LinkStatus] = {}
+        self._status_watchers: list[StatusWatcher] = []
+
+    def status(self, key: str) -> LinkStatus:
+        """The row's status; pending for a row without one, or no row."""
+        return self._statuses.get(key, PENDING)
+
+    def with_status(self) -> list[tuple[LinkRow, LinkStatus]]:
+        """Every row with its status, a snapshot."""
+        return [(row.obj, self.status(row.key)) for row in self.rows()]
+
+    def errors(self, keys: Iterable[str]) -> list[str]:
+        """Error messages of the rows `keys` (say, a pod's rows), in key order."""
+        statuses = (self.status(key) for key in sorted(keys))
+        return [status.message for status in statuses if status.state is State.ERROR]
+
+    def set_status(self, key: str, status: LinkStatus) -> LinkRow | None:
+        """Record the status of row `key` and tell every status watcher; the row, or
+        None (nothing recorded) when the table has no row `key`."""
+        row = self.get(key)
+        if row is None:
+            return None
+        self._statuses[key] = status
+        for watcher in list(self._status_watchers):
+            watcher(row, status)
+        return row
+
+    def watch_status(self, watcher: StatusWatcher) -> Callable[[], None]:
+        """Call `watcher(row, status)` on every status write, on the writer's (the
+        event loop's) thread; returns what stops it (once or more)."""
+        self._status_watchers.append(watcher)
+
+        def stop() -> None:
+            if watcher in self._status_watchers:
+                self._status_watchers.remove(watcher)
+
+        return stop
+
+    def delete(self, key: str) -> LinkRow | None:
+        self._statuses.pop(key, None)
+        return super().delete(key)
+
+
+def new_links_table() -> LinksTable:
+    return LinksTable()
