@@ -47,8 +47,9 @@ import resource
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -382,18 +383,9 @@ def main(argv: list[str]) -> int:
     spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="mwbench") as tmp:
         db = str(Path(tmp) / "api.sqlite")
-        started = time.perf_counter()
-        writer = spawn.Process(
-            target=write_lab, args=(db, args.nodes, args.pods, args.links, args.seed)
-        )
-        writer.start()
-        writer.join()
-        if writer.exitcode != 0:
-            print(
-                f"informer_bench: writing the lab failed (exit {writer.exitcode})", file=sys.stderr
-            )
+        load = _write_lab(write_lab, db, args.nodes, args.pods, args.links, args.seed)
+        if load is None:
             return 1
-        load = time.perf_counter() - started
         ours, theirs = spawn.Pipe()
         server = spawn.Process(target=serve, args=(db, theirs))
         server.start()
@@ -409,25 +401,48 @@ def main(argv: list[str]) -> int:
             work = measure(f"http://127.0.0.1:{port}", ours, args.updates)
             rows = run(_unless_exited(work, server.sentinel))
         except (ServerDied, EOFError, BrokenPipeError):
-            server.join(30)
-            print(
-                f"informer_bench: the server child died (exit {server.exitcode}); "
-                "its traceback, if any, is above",
-                file=sys.stderr,
-            )
-            return 1
+            return _server_died(server)
         finally:
-            if server.is_alive():
-                ours.send(("stop",))
-                server.join(30)
-            if server.is_alive():
-                server.terminate()
-                server.join()
+            _stop_server(server, ours)
     lab = f"{args.nodes} nodes, {args.pods} pods, {args.links} links"
     rows.insert(0, ("lab", f"{lab}; written through the Store in {load:.1f} s"))
     rows.insert(1, ("event loop", "uvloop" if args.uvloop else "asyncio"))
     show(rows)
     return 0
+
+
+def _write_lab(target: Callable[..., None], *args: Any) -> float | None:
+    """Seconds `target(*args)` took to write the lab in a spawned child; None (said on
+    stderr) when the child failed."""
+    started = time.perf_counter()
+    writer = multiprocessing.get_context("spawn").Process(target=target, args=args)
+    writer.start()
+    writer.join()
+    if writer.exitcode != 0:
+        print(f"informer_bench: writing the lab failed (exit {writer.exitcode})", file=sys.stderr)
+        return None
+    return time.perf_counter() - started
+
+
+def _server_died(server: BaseProcess) -> int:
+    """Say that the server child died; the exit status of the benchmark."""
+    server.join(30)
+    print(
+        f"informer_bench: the server child died (exit {server.exitcode}); "
+        "its traceback, if any, is above",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _stop_server(server: BaseProcess, ours: Connection) -> None:
+    """Ask the server child to stop; terminate it if it is still there after 30 s."""
+    if server.is_alive():
+        ours.send(("stop",))
+        server.join(30)
+    if server.is_alive():
+        server.terminate()
+        server.join()
 
 
 def show(rows: list[tuple[str, str]]) -> None:
@@ -452,18 +467,9 @@ def main_kube(args: argparse.Namespace) -> int:
         create_namespace(api, NAMESPACE)
         api.close()
         kubeconfig = str(plane.admin_kubeconfig)
-        started = time.perf_counter()
-        writer = spawn.Process(
-            target=write_lab_kube, args=(kubeconfig, args.nodes, args.pods, args.links, args.seed)
-        )
-        writer.start()
-        writer.join()
-        if writer.exitcode != 0:
-            print(
-                f"informer_bench: writing the lab failed (exit {writer.exitcode})", file=sys.stderr
-            )
+        load = _write_lab(write_lab_kube, kubeconfig, args.nodes, args.pods, args.links, args.seed)
+        if load is None:
             return 1
-        load = time.perf_counter() - started
         ours, theirs = spawn.Pipe()
         server = spawn.Process(target=serve_kube, args=(kubeconfig, plane.host, plane.port, theirs))
         server.start()
@@ -476,18 +482,9 @@ def main_kube(args: argparse.Namespace) -> int:
             work = measure("", ours, args.updates, str(relayed))
             rows = asyncio.run(_unless_exited(work, server.sentinel))
         except (ServerDied, EOFError, BrokenPipeError):
-            server.join(30)
-            print(
-                f"informer_bench: the server child died (exit {server.exitcode})", file=sys.stderr
-            )
-            return 1
+            return _server_died(server)
         finally:
-            if server.is_alive():
-                ours.send(("stop",))
-                server.join(30)
-            if server.is_alive():
-                server.terminate()
-                server.join()
+            _stop_server(server, ours)
     finally:
         plane.stop()
     lab = f"{args.nodes} nodes, {args.pods} pods, {args.links} links"
