@@ -24,8 +24,9 @@ What a caller may rely on:
   that cannot get one (every slot held) gets a message instead, which its
   links report; it is claimed again whenever the object or the Topologies
   change.
-- API failures are logged, retried with backoff and kept in `last_error`;
-  they never raise out of `run`, which returns only by cancellation.
+- Failures are logged, retried with backoff (one retry loop serves both) and
+  kept in `last_error`; they never raise out of `run`, which returns only by
+  cancellation.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
@@ -131,9 +132,10 @@ class SlotKeeper:
     # -- follow: the object, as the API holds it ---------------------------------
 
     async def _follow(self) -> None:
-        backoff = Backoff(self._policy, self._clock)
         resume: str | None = None
-        while True:
+
+        async def step(backoff: Backoff) -> None:
+            nonlocal resume
             try:
                 if resume is None:
                     resume = await self._list()
@@ -141,16 +143,8 @@ class SlotKeeper:
                 resume = await self._watch(resume)
             except _Expired:
                 resume = None
-            except Exception as err:
-                self.last_error = describe(err, not_found=NOT_SERVED)
-                delay = backoff.next_delay()
-                log.warning(
-                    "%s: reading failed: %s; retrying in %.1fs",
-                    slots.PLURAL,
-                    self.last_error,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+
+        await self._retrying("reading", step)
 
     async def _list(self) -> str:
         assert self._objects is not None
@@ -224,32 +218,41 @@ class SlotKeeper:
         await self.synced.wait()
         await self.topologies.wait_initialized()
         tracker = self.topologies.track()
-        backoff = Backoff(self._policy, self._clock)
+
+        async def step(backoff: Backoff) -> None:
+            self._kick.clear()
+            tracker.next()
+            claim, release, wake_in = self._plan()
+            if claim or release:
+                await self._write(claim, release)
+                backoff.healthy()
+                return
+            await _first(self._kick.wait(), tracker.wait(), within=wake_in)
+            self._retry_exhausted = True
+
         try:
-            while True:
-                self._kick.clear()
-                tracker.next()
-                claim, release, wake_in = self._plan()
-                if claim or release:
-                    try:
-                        await self._write(claim, release)
-                        backoff.healthy()
-                        continue
-                    except Exception as err:
-                        self.last_error = describe(err, not_found=NOT_SERVED)
-                        delay = backoff.next_delay()
-                        log.warning(
-                            "%s: writing failed: %s; retrying in %.1fs",
-                            slots.PLURAL,
-                            self.last_error,
-                            delay,
-                        )
-                        await asyncio.sleep(delay)
-                        continue
-                await _first(self._kick.wait(), tracker.wait(), within=wake_in)
-                self._retry_exhausted = True
+            await self._retrying("writing", step)
         finally:
             tracker.close()
+
+    async def _retrying(self, doing: str, step: Callable[[Backoff], Awaitable[None]]) -> None:
+        """Run `step(backoff)` over and over, until cancelled; a failure is kept in
+        `last_error`, logged as `doing` failed, and waited out with the backoff."""
+        backoff = Backoff(self._policy, self._clock)
+        while True:
+            try:
+                await step(backoff)
+            except Exception as err:
+                self.last_error = describe(err, not_found=NOT_SERVED)
+                delay = backoff.next_delay()
+                log.warning(
+                    "%s: %s failed: %s; retrying in %.1fs",
+                    slots.PLURAL,
+                    doing,
+                    self.last_error,
+                    delay,
+                )
+                await asyncio.sleep(delay)
 
     def _wanted(self) -> set[str]:
         keys = self.topologies.keys()
