@@ -139,11 +139,11 @@ async def server_state(api: ApiClient) -> dict[str, dict[str, Any]]:
 
 
 async def wait_until(
-    condition: Callable[[], bool] | Callable[[], Awaitable[bool]], what: str
+    condition: Callable[[], bool] | Callable[[], Awaitable[bool]], what: str, within: float = WAIT
 ) -> None:
-    """Poll `condition` until true; fail naming `what` after `WAIT` seconds."""
+    """Poll `condition` until true; fail naming `what` after `within` seconds."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
+    deadline = loop.time() + within
     while True:
         result = condition()
         if not isinstance(result, bool):
@@ -151,12 +151,13 @@ async def wait_until(
         if result:
             return
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {WAIT}s waiting for {what}")
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(0.02)
 
 
-async def wait_converged(sink: RecordingSink, api: ApiClient) -> None:
-    """Wait until the table holds exactly what the server holds."""
+async def wait_converged(sink: RecordingSink, api: ApiClient, within: float = WAIT) -> None:
+    """Wait until the table holds exactly what the server holds (asserted on failure, to
+    show the difference)."""
     last: dict[str, Any] = {}
 
     async def equal() -> bool:
@@ -165,7 +166,7 @@ async def wait_converged(sink: RecordingSink, api: ApiClient) -> None:
         return sink.state() == last
 
     try:
-        await wait_until(equal, "the table to equal the server's state")
+        await wait_until(equal, "the table to equal the server's state", within)
     except AssertionError:
         assert sink.state() == last
         raise

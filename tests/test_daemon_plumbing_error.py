@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import pytest
+from informer_helpers import wait_until
 from links_helpers import veth_row
 from reconciler_helpers import NODE, Scenario
 from slot_helpers import HashedSlots
@@ -52,16 +53,6 @@ async def turns(done: Callable[[], bool]) -> bool:
             return True
         await asyncio.sleep(0)
     return done()
-
-
-async def wait_until(done: Callable[[], bool], what: str) -> None:
-    """Poll `done()` until true; fail naming `what` after WAIT seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not done():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {WAIT}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 @dataclass
@@ -148,7 +139,7 @@ async def test_a_link_error_reaches_plumbing_error_and_its_repair_clears_it() ->
                 for pod in ("default/r1", "default/r2")
             )
 
-        await wait_until(says(error), "both pods' plumbing_error names the foreign interface")
+        await wait_until(says(error), "both pods' plumbing_error names the foreign interface", WAIT)
         assert ("default/r1", error) in api.writes
 
         with scenario.driver.lock:
@@ -156,7 +147,7 @@ async def test_a_link_error_reaches_plumbing_error_and_its_repair_clears_it() ->
         daemon.reconciler.verify(keys)
         await scenario.cmd_settle()
         assert daemon.links.errors(keys) == []
-        await wait_until(says(""), "the repaired link's error is cleared from plumbing_error")
+        await wait_until(says(""), "the repaired link's error is cleared from plumbing_error", WAIT)
         assert api.writes[-2:] == [("default/r1", ""), ("default/r2", "")]
     finally:
         task.cancel()

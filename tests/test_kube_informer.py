@@ -18,7 +18,9 @@ sink's log of writes: one write per real change, none lost, none doubled.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,8 +28,15 @@ from kubernetes.aio.client import ApiClient
 
 from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.informer.client import make_api_client
-from meshwire.control.informer.informer import InformerOptions
-from tests.informer_helpers import Cluster, RecordingSink, running, server_state, topology
+from meshwire.control.informer.informer import Informer, InformerOptions
+from tests.informer_helpers import (
+    Cluster,
+    RecordingSink,
+    running,
+    topology,
+    wait_converged,
+    wait_until,
+)
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import (
     Gate,
@@ -84,39 +93,46 @@ def namespace(plane: ControlPlane) -> str:
         api.close()
 
 
-async def wait_for(condition: object, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while True:
-        result = condition()  # type: ignore[operator]
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {WAIT}s waiting for {what}")
-        await asyncio.sleep(0.05)
+async def wait_for(condition: Callable[[], bool], what: str) -> None:
+    await wait_until(condition, what, WAIT)
 
 
 async def converge(sink: RecordingSink, api: ApiClient) -> None:
     """Until the table equals the server's state (asserted, to show the difference)."""
-    last: dict[str, object] = {}
-
-    async def equal() -> bool:
-        nonlocal last
-        last = await server_state(api)
-        return sink.state() == last
-
-    try:
-        await wait_for(equal, "the table to equal the server's state")
-    except AssertionError:
-        assert sink.state() == last
-        raise
+    await wait_converged(sink, api, WAIT)
 
 
 async def seed(cluster: Cluster, namespace: str) -> None:
     for name, peer in (("a", "b"), ("b", "a"), ("c", "a"), ("d", "a")):
         await cluster.create(topology(name, peer, namespace=namespace))
+
+
+@dataclass
+class Seeded:
+    cluster: Cluster
+    sink: RecordingSink
+    informer: Informer
+
+
+@contextlib.asynccontextmanager
+async def seeded(
+    api: ApiClient, namespace: str, through: ApiClient | None = None
+) -> AsyncIterator[Seeded]:
+    """The seed Topology objects, made with `api`, and an informer over `through`
+    (`api` unless given) whose table holds them; its log of writes starts empty."""
+    cluster = Cluster(api, namespace)
+    await seed(cluster, namespace)
+    sink = RecordingSink()
+    async with running(through or api, sink, OPTIONS) as informer:
+        await converge(sink, api)
+        sink.take_log()
+        yield Seeded(cluster, sink, informer)
+
+
+async def arrived(sink: RecordingSink, api: ApiClient, expected: list[str]) -> None:
+    """The table equals the server's state again, and got exactly the writes `expected`."""
+    await converge(sink, api)
+    assert sorted(sink.take_log()) == expected
 
 
 async def change(cluster: Cluster, namespace: str) -> list[str]:
@@ -132,44 +148,31 @@ async def change(cluster: Cluster, namespace: str) -> list[str]:
 async def test_apiserver_killed_and_restarted(
     plane: ControlPlane, api: ApiClient, namespace: str
 ) -> None:
-    cluster = Cluster(api, namespace)
-    await seed(cluster, namespace)
-    sink = RecordingSink()
-    async with running(api, sink, OPTIONS) as informer:
-        await converge(sink, api)
-        sink.take_log()
+    async with seeded(api, namespace) as lab:
         plane.kill_apiserver()
-        await wait_for(lambda: informer.stats.reconnects > 0, "the informer to notice")
+        await wait_for(lambda: lab.informer.stats.reconnects > 0, "the informer to notice")
         await asyncio.to_thread(plane.start_apiserver)
-        expected = await change(cluster, namespace)
-        await converge(sink, api)
-        assert sorted(sink.take_log()) == expected
+        await arrived(lab.sink, api, await change(lab.cluster, namespace))
 
 
 async def test_compacted_while_disconnected_relists_without_losing_or_doubling(
     plane: ControlPlane, api: ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    cluster = Cluster(api, namespace)
-    await seed(cluster, namespace)
     gate = Gate(plane.host, (plane.host, plane.port))
     await gate.open()
     config = plane.admin_kubeconfig_for(tmp_path / "gated", f"https://{plane.host}:{gate.port}")
     gated = await make_api_client("", str(config))
-    sink = RecordingSink()
     try:
-        async with running(gated, sink, OPTIONS) as informer:
-            await converge(sink, api)
-            sink.take_log()
-            lists = informer.stats.lists
+        async with seeded(api, namespace, through=gated) as lab:
+            lists = lab.informer.stats.lists
             await gate.close()
-            expected = await change(cluster, namespace)
+            expected = await change(lab.cluster, namespace)
             await asyncio.to_thread(plane.compact)
             await gate.open()
-            await converge(sink, api)
-            assert sorted(sink.take_log()) == expected
+            await arrived(lab.sink, api, expected)
             # It came back through a 410 and a relist, not a resumed watch.
-            assert informer.stats.lists == lists + 1
-            assert informer.stats.relists >= 1
+            assert lab.informer.stats.lists == lists + 1
+            assert lab.informer.stats.relists >= 1
     finally:
         await gated.close()
         await gate.close()
@@ -178,24 +181,18 @@ async def test_compacted_while_disconnected_relists_without_losing_or_doubling(
 async def test_apiserver_stopped_then_continued(
     plane: ControlPlane, api: ApiClient, namespace: str
 ) -> None:
-    cluster = Cluster(api, namespace)
-    await seed(cluster, namespace)
-    sink = RecordingSink()
-    async with running(api, sink, OPTIONS) as informer:
-        await converge(sink, api)
-        sink.take_log()
-        reconnects = informer.stats.reconnects
+    async with seeded(api, namespace) as lab:
+        reconnects = lab.informer.stats.reconnects
         plane.pause_apiserver()
         try:
             # A half-open server: the watch's client timeout ends the wait.
             await wait_for(
-                lambda: informer.stats.reconnects > reconnects, "the informer to give up the watch"
+                lambda: lab.informer.stats.reconnects > reconnects,
+                "the informer to give up the watch",
             )
         finally:
             plane.resume_apiserver()
-        expected = await change(cluster, namespace)
-        await converge(sink, api)
-        assert sorted(sink.take_log()) == expected
+        await arrived(lab.sink, api, await change(lab.cluster, namespace))
 
 
 async def test_watches_ending_are_resumed_without_replays(kube: ControlPlane) -> None:
@@ -208,22 +205,18 @@ async def test_watches_ending_are_resumed_without_replays(kube: ControlPlane) ->
         raise
     api = await make_api_client("", str(kube.admin_kubeconfig))
     try:
-        cluster = Cluster(api, namespace)
-        await seed(cluster, namespace)
-        sink = RecordingSink()
-        async with running(api, sink, OPTIONS) as informer:
-            await converge(sink, api)
-            sink.take_log()
-            expected = await change(cluster, namespace)
-            await converge(sink, api)
-            watches = informer.stats.events["ADDED"] + informer.stats.events["MODIFIED"]
+        async with seeded(api, namespace) as lab:
+            expected = await change(lab.cluster, namespace)
+            await converge(lab.sink, api)
+            stats = lab.informer.stats
+            watches = stats.events["ADDED"] + stats.events["MODIFIED"]
             # Let a few watches end (3 s each) and be resumed from where the last stopped.
             await asyncio.sleep(10)
             # None replayed a change, none relisted.
-            assert informer.stats.events["ADDED"] + informer.stats.events["MODIFIED"] == watches
-            assert sorted(sink.take_log()) == expected
-            assert informer.stats.relists == 0
-            assert informer.stats.reconnects == 0
+            assert stats.events["ADDED"] + stats.events["MODIFIED"] == watches
+            assert sorted(lab.sink.take_log()) == expected
+            assert stats.relists == 0
+            assert stats.reconnects == 0
     finally:
         await api.close()
         uninstall_crd(admin_api)
