@@ -157,6 +157,7 @@ int mw_emul_push(mw_emul *e, uint64_t now, const uint8_t *frame, size_t len, siz
     if (len == 0)
         return 0; /* nothing to send; pop's 0 means "none due" */
     e->c.frames++;
+    e->c.bytes += len;
     if (chance(e, e->p.loss_ppm)) {
         e->c.dropped++;
         return 0;
@@ -231,6 +232,7 @@ size_t mw_emul_pop(mw_emul *e, uint64_t now, uint8_t *buf, size_t cap)
         memcpy(buf, s.data, len);
         free(s.data);
         e->c.passed++;
+        e->c.passed_bytes += len;
         return len;
     }
     return 0;
@@ -271,6 +273,7 @@ int mw_emul_pump(mw_emul *e, uint64_t now, int in_fd, int out_fd, size_t skip)
         while (n < 0 && errno == EINTR);
         if (n < 0) {
             e->c.passed--;
+            e->c.passed_bytes -= len;
             e->c.overflow++;
         }
     }

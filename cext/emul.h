@@ -40,6 +40,8 @@ typedef struct {
     uint64_t duplicated;
     uint64_t reordered;
     uint64_t overflow;   /* dropped: the queue was at its limit */
+    uint64_t bytes;      /* of the frames pushed */
+    uint64_t passed_bytes; /* of the frames popped */
 } mw_emul_counters;
 
 typedef struct mw_emul mw_emul;

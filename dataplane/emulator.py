@@ -4,8 +4,9 @@
 passed in: the statistical tests drive it frame by frame with a fixed seed.
 `Pump` moves an impaired end's frames for a worker: it reads the end's TAP
 into the emulator when the TAP is readable and writes the due frames to
-`out_fd` (the socket the wire's sender reads, see worker.py), waking on a
-timerfd at the next frame's release time. Frames stay in C throughout.
+`out_fd`, waking on a timerfd at the next frame's release time: the socket the
+wire's sender reads (a cross-node link), or the far end's TAP itself (a
+same-node link, TAP to TAP; see worker.py). Frames stay in C throughout.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class EmulCounters:
     duplicated: int = 0
     reordered: int = 0
     overflow: int = 0
+    # Bytes of the frames pushed, and of those popped.
+    bytes: int = 0
+    passed_bytes: int = 0
 
     def as_list(self) -> list[int]:
         return [getattr(self, f.name) for f in fields(self)]
@@ -94,6 +98,8 @@ class Emulator:
             c.duplicated,
             c.reordered,
             c.overflow,
+            c.bytes,
+            c.passed_bytes,
         )
 
 
@@ -135,6 +141,10 @@ class Pump:
         self._loop.remove_reader(self.in_fd)
         self.in_fd = in_fd
         self._loop.add_reader(in_fd, self._on_input)
+
+    def write_to(self, out_fd: int) -> None:
+        """Writes due frames to `out_fd` from now on (the caller closes the old one after)."""
+        self.out_fd = out_fd
 
     def _on_input(self) -> None:
         if (

@@ -29,6 +29,9 @@ class AddWire:
 
     Frames read from its TAP go to `peer_wire_id` on the worker at
     `peer_node`:`peer_port`, on the stream of (namespace, peer_node, peer_port).
+    With `local`, the far end `peer_wire_id` is a wire of this same worker (a
+    same-node link): frames go from TAP to TAP inside the worker, with no stream,
+    once both ends are added.
     """
 
     wire_id: int
@@ -39,6 +42,7 @@ class AddWire:
     # The impairments of the frames read from the TAP, in `IMPAIRMENT_FIELDS` order
     # (model/emulation.py's fields); (): none, the frames go straight to the stream.
     impairments: tuple[float, ...] = ()
+    local: bool = False
 
 
 IMPAIRMENT_FIELDS = (
@@ -85,13 +89,14 @@ class StreamState:
 class StreamReport:
     """Outgoing streams with their refcounts; `incoming` streams being served;
     frames for unknown wires and malformed batches received; connections refused for
-    failing the authenticated preface."""
+    failing the authenticated preface; same-node links joined TAP to TAP (`pairs`)."""
 
     streams: tuple[StreamState, ...]
     incoming: int
     unknown: int
     malformed: int
     refused: int = 0
+    pairs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,7 @@ def encode(message: Message) -> bytes:
             "unknown": message.unknown,
             "malformed": message.malformed,
             "refused": message.refused,
+            "pairs": message.pairs,
         }
     elif isinstance(message, WireReport):
         body |= {
@@ -160,6 +166,7 @@ def decode(data: bytes) -> Message:
                 r.port("peer_port"),
                 r.u32("peer_wire_id"),
                 r.impairments("impairments"),
+                r.flag("local", False),
             )
         case "remove_wire":
             return RemoveWire(r.u32("wire_id"))
@@ -174,6 +181,7 @@ def decode(data: bytes) -> Message:
                 r.count("unknown"),
                 r.count("malformed"),
                 r.count("refused"),
+                r.count("pairs", 0),
             )
         case "wire_report":
             return WireReport(tuple(_wire(kind, row) for row in r.items("wires")), r.flag("last"))
@@ -211,7 +219,10 @@ class _Reader:
         self._body = body
         self._kind = kind
 
-    def _get(self, field: str, kind: type[Any]) -> Any:
+    def _get(self, field: str, kind: type[Any], absent: Any = None) -> Any:
+        """The field's value; `absent` (if not None) when the field is missing."""
+        if absent is not None and field not in self._body:
+            return absent
         value = self._body.get(field)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise MessageError(f"{self._kind}.{field}: expected {kind.__name__}, got {value!r}")
@@ -221,8 +232,8 @@ class _Reader:
         value: str = self._get(field, str)
         return value
 
-    def flag(self, field: str) -> bool:
-        value: bool = self._get(field, bool)
+    def flag(self, field: str, absent: bool | None = None) -> bool:
+        value: bool = self._get(field, bool, absent)
         return value
 
     def items(self, field: str) -> list[Any]:
@@ -242,8 +253,8 @@ class _Reader:
             )
         return tuple(float(v) for v in value)
 
-    def _int(self, field: str, low: int, high: int) -> int:
-        value: int = self._get(field, int)
+    def _int(self, field: str, low: int, high: int, absent: int | None = None) -> int:
+        value: int = self._get(field, int, absent)
         if not low <= value <= high:
             raise MessageError(f"{self._kind}.{field}: {value} outside {low}..{high}")
         return value
@@ -254,5 +265,5 @@ class _Reader:
     def port(self, field: str) -> int:
         return self._int(field, 1, 65535)
 
-    def count(self, field: str) -> int:
-        return self._int(field, 0, 2**64 - 1)
+    def count(self, field: str, absent: int | None = None) -> int:
+        return self._int(field, 0, 2**64 - 1, absent)

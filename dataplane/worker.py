@@ -10,7 +10,11 @@ worker sends Ready (with its data port), a WireAck per command, and every
 
 The worker serves the Wire service on its data port, writing received batches
 to its TAPs (receiver.py), and keeps one outgoing stream per (namespace, peer
-node, peer port), refcounted by its wires (streams.py, sender.py). Both speak
+node, peer port), refcounted by its wires (streams.py, sender.py). The two ends
+of a same-node link under emulation (AddWire `local`) are both this worker's:
+once both are added, each end's frames go from its TAP through its emulator
+(its impairments, emulator.py) straight into the other end's TAP, with no
+stream and no socket. Both speak
 gRPC over HTTP/2 in C (libnghttp2), so no frame passes through Python and the
 worker loads no gRPC library. It exits on SIGTERM or SIGINT, or when control's
 end of the socket closes; the TAPs stay, since control keeps its own fds and
@@ -124,6 +128,23 @@ class _Emulated:
 
 
 @dataclass(slots=True)
+class _Local:
+    """One end of a same-node link: its TAP, and once its far end (a wire of this
+    worker whose far end is this one) is here too, the pump that moves its frames
+    through its impairments into the far end's TAP."""
+
+    fd: int
+    peer_wire_id: int
+    params: Params
+    pump: Pump | None = None
+
+    def close_pump(self) -> None:
+        if self.pump is not None:
+            self.pump.close()
+            self.pump = None
+
+
+@dataclass(slots=True)
 class _Wire:
     fd: int
     peer_wire_id: int
@@ -144,6 +165,8 @@ class Worker:
         self._control = control
         self._table = WireTable(config.id_limit)
         self._wires: dict[int, _Wire] = {}
+        # Same-node link ends by wire id (AddWire `local`); never also in `_wires`.
+        self._locals: dict[int, _Local] = {}
         self._streams: Streams[Sender] = Streams(self._open_stream)
         self._listener = Listener(self._table, keys, config.node)
         self._stopping = asyncio.Event()
@@ -179,6 +202,9 @@ class Worker:
                 if wire.emulated is not None:
                     wire.emulated.close()
                 os.close(wire.fd)
+            for end in self._locals.values():
+                end.close_pump()
+                os.close(end.fd)
 
     def _open_stream(self, key: StreamKey) -> Sender:
         log.debug("stream %s: opening for its first wire", key)
@@ -216,11 +242,15 @@ class Worker:
                 os.close(fd)
             return messages.WireAck(0, str(exc))
         if isinstance(command, messages.AddWire) and len(fds) == 1:
+            if command.local:
+                return self._add_local(command, fds[0])
+            self._remove_local(command.wire_id)
             return self._add(command, fds[0])
         for fd in fds:
             os.close(fd)
         if isinstance(command, messages.RemoveWire):
             self._remove(command.wire_id)
+            self._remove_local(command.wire_id)
             return messages.WireAck(command.wire_id)
         wire_id = getattr(command, "wire_id", 0)
         return messages.WireAck(wire_id, f"{command!r}: not a command, or AddWire without one fd")
@@ -289,6 +319,61 @@ class Worker:
         )
         return emulated
 
+    def _add_local(self, command: messages.AddWire, fd: int) -> messages.WireAck:
+        """Adds or changes a same-node link end; joins it TAP to TAP with its far end
+        once both are here. New impairments apply in place (the emulator keeps its
+        queue); a new fd is read (and written by the far end) from now on."""
+        os.set_blocking(fd, False)
+        self._remove(command.wire_id)  # it was a cross-node wire until now
+        end = self._locals.get(command.wire_id)
+        if end is not None and end.peer_wire_id != command.peer_wire_id:
+            self._remove_local(command.wire_id)
+            end = None
+        params = Params(*command.impairments)
+        retired = -1
+        if end is None:
+            end = _Local(fd, command.peer_wire_id, params)
+            self._locals[command.wire_id] = end
+        else:
+            retired = end.fd if end.fd != fd else -1
+            end.fd, end.params = fd, params
+        far = self._locals.get(end.peer_wire_id)
+        problem = ""
+        if far is not None and far.peer_wire_id == command.wire_id:
+            try:
+                self._pump(command.wire_id, end, far)
+                self._pump(end.peer_wire_id, far, end)
+            except OSError as exc:
+                # No pump (out of fds): the link carries nothing yet, and the refusal
+                # makes control send the command again later.
+                end.close_pump()
+                far.close_pump()
+                problem = f"wire {command.wire_id}: joining its same-node far end: {exc}"
+        if retired >= 0:
+            os.close(retired)  # after the pumps let go of it
+        return messages.WireAck(command.wire_id, problem)
+
+    @staticmethod
+    def _pump(wire_id: int, source: _Local, sink: _Local) -> None:
+        """Moves `source`'s frames through its impairments into `sink`'s TAP."""
+        if source.pump is None:
+            skip = VNET_HDR_LEN if tap_info(source.fd)[1] else 0
+            source.pump = Pump(source.fd, sink.fd, source.params, wire_id, skip)
+            return
+        source.pump.set(source.params)
+        source.pump.read_from(source.fd)
+        source.pump.write_to(sink.fd)
+
+    def _remove_local(self, wire_id: int) -> None:
+        end = self._locals.pop(wire_id, None)
+        if end is None:
+            return
+        end.close_pump()
+        far = self._locals.get(end.peer_wire_id)
+        if far is not None and far.peer_wire_id == wire_id:
+            far.close_pump()  # it wrote to the TAP closed here
+        os.close(end.fd)
+
     def _remove(self, wire_id: int) -> None:
         wire = self._wires.get(wire_id)
         if wire is None:
@@ -326,6 +411,7 @@ class Worker:
                 self._table.unknown,
                 self._listener.malformed,
                 self._listener.refusals.count,
+                sum(end.pump is not None for end in self._locals.values()) // 2,
             )
         )
         wires = []
@@ -336,6 +422,9 @@ class Worker:
             if wire.emulated is not None:
                 counters = _with_emulation(counters, wire.emulated.pump)
             wires.append((wire_id, counters))
+        for wire_id, end in self._locals.items():
+            far = self._locals.get(end.peer_wire_id)
+            wires.append((wire_id, _local_counters(end, far)))
         for report in messages.wire_reports(wires):
             self._say(report)
 
@@ -364,6 +453,23 @@ def _with_emulation(counters: Counters, pump: Pump) -> Counters:
         impaired_duplicated=e.duplicated,
         impaired_reordered=e.reordered,
         impaired_overflow=e.overflow,
+    )
+
+
+def _local_counters(end: _Local, far: _Local | None) -> Counters:
+    """A same-node end's counters: what its emulator took from its TAP (tx) and what
+    the far end's emulator wrote into it (rx). Zero until the two are joined."""
+    if end.pump is None or far is None or far.pump is None:
+        return Counters()
+    tx, rx = end.pump.emulator.counters(), far.pump.emulator.counters()
+    return _with_emulation(
+        Counters(
+            tx_frames=tx.frames,
+            tx_bytes=tx.bytes,
+            rx_frames=rx.passed,
+            rx_bytes=rx.passed_bytes,
+        ),
+        end.pump,
     )
 
 

@@ -101,6 +101,7 @@ def test_an_offer_for_a_wire_this_node_has_is_answered_and_makes_it_ready(node: 
         "peer_port": PEER_DATA_PORT,
         "peer_wire_id": FAR_WIRE_ID,
         "impairments": [],
+        "local": False,
     }
     assert again.reply == first.reply and again.after == first.after  # idempotent
 

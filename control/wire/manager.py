@@ -18,6 +18,11 @@ threads through `ThreadEnds`), the handshake loop (`answered`/`unreachable`),
 and the peer service (`offered`/`withdrawn`, a peer's own handshake). All of
 them run on the event loop thread, so nothing here locks.
 
+A wire whose far end is on this node too (`Wire.local`: a same-node link
+under emulation) needs no handshake and no goodbye: the manager joins it to
+the wire of the far end's key as soon as both are attached, and unjoins both
+when either goes; their worker carries the frames TAP to TAP.
+
 A goodbye is checked again when it is sent: if the wire is back by then (a
 pod restarted on its node and its end was realised again) it is not sent, so
 a late goodbye never cancels a fresh handshake.
@@ -42,9 +47,11 @@ from meshwire.control.tables.links import End, LinkRow
 from meshwire.control.wire.state import (
     Wire,
     carrier,
+    far_key,
     judge_offer,
     offer,
     offer_key,
+    pairs_with,
     same_far_end,
     worker_command,
 )
@@ -139,10 +146,14 @@ class WireManager:
         if wire is None:
             assert fd is not None  # _check_attach
             wire = Wire(row, tap, fd, next(self._generation), announce=True)
+            wire.local = row.peer_node_ip == self.node_ip
             self._index(row.key, wire)
             self._carrier(wire)
             self.slots.changed(row.wire_id)
-            self.nodes.add(row.peer_node_ip)
+            if wire.local:
+                self._pair(wire)
+            else:
+                self.nodes.add(row.peer_node_ip)
             return
         if fd is not None:
             old, wire.fd, wire.tap = wire.fd, fd, tap
@@ -154,6 +165,7 @@ class WireManager:
             self._unindex(row.key, wire)
             self._lose_far(wire)
             wire.row = row
+            wire.local = row.peer_node_ip == self.node_ip
             self._index(row.key, wire)
         else:
             wire.row = row
@@ -161,7 +173,9 @@ class WireManager:
             # After the row: an announcement names the new TAP's netns.
             self._carrier(wire)
         self.slots.changed(row.wire_id)
-        if wire.wants_handshake():
+        if wire.local:
+            self._pair(wire)
+        elif wire.wants_handshake():
             self.nodes.add(row.peer_node_ip)
 
     def _check_attach(self, row: LinkRow, tap: TapRef, fd: int | None) -> None:
@@ -274,7 +288,7 @@ class WireManager:
     def verify_all(self) -> None:
         """Ask every far end again whether it still has its end (the full pass)."""
         for wire in self._wires.values():
-            if wire.ready:
+            if wire.ready and not wire.local:
                 wire.verify = True
         for node_ip in self._by_node:
             self.nodes.add(node_ip)
@@ -340,7 +354,7 @@ class WireManager:
         """(worker, namespace, peer node, peer port) -> ready wires, as the workers should count."""
         refs: Counter[tuple[int, str, str, int]] = Counter()
         for wire in self._wires.values():
-            if wire.far is not None:
+            if wire.far is not None and not wire.local:  # a same-node link has no stream
                 worker = index_of(wire.row.wire_id)
                 refs[(worker, wire.row.namespace, wire.far.node_ip, wire.far.data_port)] += 1
         return refs
@@ -379,11 +393,27 @@ class WireManager:
         self._carrier(wire)
         self.slots.changed(wire.row.wire_id)
 
+    def _pair(self, wire: Wire) -> None:
+        """Joins the local `wire` and its far end's wire, if that is attached (else the
+        far end's own attach does)."""
+        far = self._wires.get(far_key(wire.row))
+        if far is None or not pairs_with(wire, far) or not pairs_with(far, wire):
+            return
+        port = self.slots.port_of(wire.row.wire_id)
+        self._join(wire, FarEnd(self.node_ip, port, far.row.wire_id))
+        self._join(far, FarEnd(self.node_ip, port, wire.row.wire_id))
+
     def _lose_far(self, wire: Wire, goodbye: bool = True) -> None:
         """The wire is no longer joined (its worker lets it go); with `goodbye`, the far
-        node is told."""
+        node is told. A local wire's far end is unjoined with it."""
         row = wire.row
-        if goodbye and row.peer_node_ip:
+        if wire.local:
+            far = self._wires.get(far_key(row))
+            if far is not None and far.far is not None and far.far.wire_id == row.wire_id:
+                far.far = None
+                self._carrier(far)
+                self.slots.changed(far.row.wire_id)
+        elif goodbye and row.peer_node_ip:
             self._goodbyes.setdefault(
                 Goodbye(row.peer_node_ip, row.namespace, row.uid, row.peer.pod), 0
             )

@@ -109,6 +109,11 @@ class WireCollector(Collector):
             "Streams peers send on to this node's workers.",
             value=totals_by_kind.get("incoming", 0),
         )
+        yield GaugeMetricFamily(
+            "meshwire_wire_tap_pairs",
+            "Same-node links under emulation that workers carry TAP to TAP (no stream).",
+            value=totals_by_kind.get("pairs", 0),
+        )
         pids = GaugeMetricFamily(
             "meshwire_worker_pid", "Process id of each dataplane worker.", labels=["worker"]
         )

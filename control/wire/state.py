@@ -15,6 +15,10 @@ iff `far` is set; only a ready wire whose cable is not pulled (`row.down`)
 has its TAP in a worker (`worker_command`, with the end's impairments) and
 carrier up; a wire that is not ready wants a handshake. A pulled wire keeps
 its far end, so plugging it back needs no handshake: carrier returns at once.
+A `local` wire's far end is on this node too (a same-node link under
+emulation): the manager joins the two ends itself, never by a handshake, and
+their worker (both ends have the same worker, supervisor.py) carries the
+frames TAP to TAP.
 `judge_offer` is the callee's side of a handshake. This is why the races KNE
 #743 fixed cannot happen here: only the local reconciler creates a TAP (an
 offer only sets `far`), a wire in no worker holds no stream reference, and a
@@ -50,6 +54,9 @@ class Wire:
     # The TAP behind `fd` is new to the manager (made or attached anew): its
     # address is announced once the carrier is on, the first moment a frame can leave.
     announce: bool = False
+    # The far end is on this node (the row's peer node is this one): joined by the
+    # manager to the wire of `far_key(row)`, never by a handshake. Set with `row`.
+    local: bool = False
 
     @property
     def ready(self) -> bool:
@@ -60,12 +67,27 @@ class Wire:
         return far_wire_id(self.row)
 
     def wants_handshake(self) -> bool:
-        return self.far is None or self.verify
+        return not self.local and (self.far is None or self.verify)
 
 
 def far_wire_id(row: LinkRow) -> int:
     """The wire id the far node derives for its end of `row`'s link."""
     return far_end(row.wire_id)
+
+
+def far_key(row: LinkRow) -> str:
+    """The row key of the far end's wire, on the node the far end runs on."""
+    return f"{row.namespace}/{row.uid}/{row.peer.pod}"
+
+
+def pairs_with(wire: Wire, far: Wire) -> bool:
+    """Whether the local wires `wire` and `far` are the two ends of one same-node link."""
+    return (
+        wire.local
+        and far.local
+        and far.row.peer.pod == wire.row.local.pod
+        and far.row.wire_id == far_wire_id(wire.row)
+    )
 
 
 def same_far_end(old: LinkRow, new: LinkRow) -> bool:
@@ -89,6 +111,7 @@ def worker_command(wire: Wire) -> AddWire | None:
         wire.far.data_port,
         wire.far.wire_id,
         tuple(getattr(impairments, name) for name in IMPAIRMENT_FIELDS) if impairments else (),
+        local=wire.local,
     )
 
 
@@ -136,6 +159,11 @@ def judge_offer(
     if wire is None:
         return Verdict(f"link {link}: {here} has no gRPC wire end on this node yet", pending=True)
     row = wire.row
+    if wire.local:
+        return Verdict(
+            f"link {link}: {here} links to pod {row.peer.pod} on this node, not across nodes",
+            pending=True,
+        )
     if row.peer.pod != offer_.local.pod:
         return Verdict(
             f"link {link}: {here} links to pod {row.peer.pod} here, not {offer_.local.pod}",

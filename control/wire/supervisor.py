@@ -156,7 +156,7 @@ class WorkerPool:
 
     def totals(self) -> dict[str, int]:
         """Frames received for unknown wires, malformed batches, incoming streams, connections
-        refused by the wire preface: all workers."""
+        refused by the wire preface, same-node links joined TAP to TAP: all workers."""
         totals: Counter[str] = Counter()
         for slot in self._slots:
             report = slot.handle.streams if slot.handle is not None else None
@@ -166,6 +166,7 @@ class WorkerPool:
                     malformed=report.malformed,
                     incoming=report.incoming,
                     refused=report.refused,
+                    pairs=report.pairs,
                 )
         return dict(totals)
 
