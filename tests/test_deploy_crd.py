@@ -149,6 +149,8 @@ def test_a_topology_the_model_writes_with_every_field_set_fits_the_schema() -> N
                 "net_ns": "/var/run/netns/cni-1",
                 "container_id": "abc",
                 "plumbing_error": "eth1: exists",
+                "link_rebuilds": "link 1 (eth1): rebuilt onto the workers as its emulation "
+                "began at 2026-01-05T10:00:00Z, one carrier flap",
             },
         }
     )

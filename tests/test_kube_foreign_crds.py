@@ -117,6 +117,30 @@ async def test_every_status_write_validates_and_lands_as_written(
             "status of topology" in r.getMessage()] == []  # fmt: skip
 
 
+async def test_link_rebuilds_is_written_without_fault_and_kept_where_the_crd_keeps_it(
+    kube: ControlPlane, crd: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """meshwire's own status field: KNE's CRD prunes it from the write, which still lands."""
+    applied = apply(kube, MESHNET / "2node.yml", namespace)
+    assert applied.returncode == 0, applied.stderr
+    name = sorted(topologies(admin(kube), namespace))[0]
+    caplog.set_level(logging.INFO, logger="meshwire")
+    note = "link 1 (eth1): rebuilt onto the workers as its emulation began at X, one carrier flap"
+    api = await make_api_client("", str(kube.admin_kubeconfig))
+    writer = StatusWriter(KubeStatusApi(api))
+    writer.start()
+    try:
+        writer.set(f"{namespace}/{name}", src_ip="169.254.0.11", link_rebuilds=note)
+        await asyncio.wait_for(writer.flush(), WAIT)
+    finally:
+        await writer.close()
+        await api.close()
+    kept = {} if CRD_FILES[crd] else {"link_rebuilds": note}
+    assert topologies(admin(kube), namespace)[name]["status"] == {"src_ip": "169.254.0.11", **kept}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO and
+            "status of topology" in r.getMessage()] == []  # fmt: skip
+
+
 def test_a_field_the_crd_prunes_warns_once_and_reapplies_unchanged(
     kube: ControlPlane, crd: str, namespace: str, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@
         ▲            └▶ slot keeper ─▶┘ (id slots)
         │                          │ problems    row statuses  │
         └── status writer ◀── plumbing_error ◀────────────────┘
+                          ◀── link_rebuilds ◀── desired links (a change of emulation)
     slot keeper ◀─▶ IdAllocation object in the API (claims and frees namespace slots)
     CNI endpoint ─▶ topologies (placement) ; /healthz /readyz /metrics
     grpc rows: driver ─▶ wire stack (manager, workers, handshakes, Peer service)

@@ -10,6 +10,10 @@ pass: there is no timer. A message that differs from the pod's status as last
 read from the API is handed to the status writer, which coalesces and
 rate-limits its writes. Only the pods this node holds (`status.src_ip`) are
 written.
+
+The same pass writes `link_rebuilds` (reconcile/rebuilds.py) for the pods whose
+note derivation changed: a change of emulation rebuilds a link only through a
+derivation, whose pods are marked.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ class PlumbingErrors:
         write: Callable[..., None],
         wire_problems: Callable[[set[str]], list[str]],
     ) -> None:
-        """`write(pod, plumbing_error=message)` hands a message to the status writer."""
+        """`write(pod, plumbing_error=message)` (or `link_rebuilds=`) hands a message to
+        the status writer."""
         self.node_ip = node_ip
         self.topologies = topologies
         self.links = links
@@ -63,6 +68,13 @@ class PlumbingErrors:
             dirty, self._dirty = self._dirty, set()
             for pod in sorted(dirty):
                 self._publish(pod)
+            for pod in sorted(self.desired.rebuilds.take_changed()):
+                if self._here(pod):
+                    self._write(pod, link_rebuilds=self.desired.rebuilds.note(pod))
+
+    def _here(self, pod: str) -> bool:
+        topology = self.topologies.get(pod)
+        return topology is not None and topology.status.src_ip == self.node_ip
 
     def _publish(self, pod: str) -> None:
         topology = self.topologies.get(pod)

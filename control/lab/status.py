@@ -1,7 +1,7 @@
 """`meshwire lab status`: every pod with its node and netns, every link with its state and counters.
 
 Sources: the state file (pods, nodes, processes), the API's Topology status
-(`src_ip`, `plumbing_error`; read from inside the hub namespace, where the API
+(`src_ip`, `plumbing_error`, `link_rebuilds`; read from inside the hub namespace, where the API
 is), and the kernel (each link end's existence, carrier, MAC and frame counters).
 An unreachable API is reported, not fatal: the kernel view still stands.
 
@@ -123,6 +123,7 @@ def gather(state: LabState, names: LabNames) -> dict[str, Any]:
                 "container_id": pod.container_id,
                 "src_ip": status.get("src_ip", ""),
                 "plumbing_error": status.get("plumbing_error", ""),
+                "link_rebuilds": status.get("link_rebuilds", ""),
             }
         )
     errors = {p["pod"]: p["plumbing_error"] for p in pods if p["plumbing_error"]}

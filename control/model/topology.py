@@ -107,12 +107,14 @@ class TopologyStatus:
     net_ns: str = ""
     container_id: str = ""
     plumbing_error: str = ""
+    # meshwire's: the pod's links a change of emulation rebuilt (reconcile/rebuilds.py).
+    link_rebuilds: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.skipped:
             out["skipped"] = [{"pod_name": s.pod_name, "link_id": s.link_id} for s in self.skipped]
-        for name in ("src_ip", "net_ns", "container_id", "plumbing_error"):
+        for name in ("src_ip", "net_ns", "container_id", "plumbing_error", "link_rebuilds"):
             value = getattr(self, name)
             if value:
                 out[name] = value
@@ -291,4 +293,5 @@ def _status(raw: dict[str, Any], where: str) -> TopologyStatus:
         net_ns=_string(raw, f"{where}: status", "net_ns"),
         container_id=_string(raw, f"{where}: status", "container_id"),
         plumbing_error=_string(raw, f"{where}: status", "plumbing_error"),
+        link_rebuilds=_string(raw, f"{where}: status", "link_rebuilds"),
     )

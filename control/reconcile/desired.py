@@ -9,7 +9,9 @@ A change of namespaces' id slots re-derives the local pods of those
 namespaces (`rederive_namespaces`).
 
 Rows are written only when they differ, so the link reconciler sees a change
-exactly when a link's desired state changed.
+exactly when a link's desired state changed. Each derivation's rows, before and
+after, go to `rebuilds` (rebuilds.py), which notes the links a change of
+emulation moves between the kernel's path and the workers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 
 from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods
+from meshwire.control.reconcile.rebuilds import Rebuilds
 from meshwire.control.tables.links import POD_INDEX, LinkRow, pods_of
 from meshwire.control.tables.table import Table
 from meshwire.control.tables.topologies import TopologyTable
@@ -31,6 +34,7 @@ class DesiredLinks:
         links: Table[LinkRow],
         node: NodeView,
         slots: SlotSource,
+        rebuilds: Rebuilds | None = None,
     ) -> None:
         self.topologies = topologies
         self.links = links
@@ -39,6 +43,7 @@ class DesiredLinks:
         # Pod key -> the problems of its links that derivation found (invalid
         # links, ends that disagree). Only pods with problems are present.
         self.problems: dict[str, list[str]] = {}
+        self.rebuilds = rebuilds if rebuilds is not None else Rebuilds()
         self._tracker = topologies.track()
 
     def pending(self) -> bool:
@@ -91,6 +96,8 @@ class DesiredLinks:
                 self.problems[pod] = problems
             else:
                 self.problems.pop(pod, None)
+        before = [row for key in stale if (row := self.links.get(key)) is not None]
+        self.rebuilds.observe(pods, before, derived.rows.values())
         for key, row in derived.rows.items():
             if self.links.get(key) != row:
                 self.links.upsert(key, row)

@@ -58,8 +58,10 @@ from meshwire.control.tables.local_placements import StatusRead
 
 log = logging.getLogger(__name__)
 
-# The status fields this daemon owns, named as meshnet names them.
-STATUS_FIELDS = frozenset({"src_ip", "net_ns", "container_id", "plumbing_error"})
+# The status fields this daemon owns: meshnet's, named as meshnet names them, and
+# meshwire's `link_rebuilds` (rebuilds.py), which a CRD that prunes unknown fields
+# (KNE's) drops from the write without failing it.
+STATUS_FIELDS = frozenset({"src_ip", "net_ns", "container_id", "plumbing_error", "link_rebuilds"})
 # Those that say where a pod runs.
 PLACEMENT_FIELDS = ("src_ip", "net_ns", "container_id")
 
