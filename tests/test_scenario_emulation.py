@@ -10,6 +10,7 @@ on the machine cannot fail them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -57,6 +58,7 @@ spec:
 RTT = re.compile(r"rtt min/avg/max/mdev = ([\d.]+)/")
 LOSS = re.compile(r"(\d+) packets transmitted, (\d+) received")
 WAIT = 60.0
+LABEL = re.compile(r'(\w+)="([^"]*)"')
 WORKER_PID = re.compile(r'^meshwire_worker_pid\{worker="\d+"\} (\S+)$', re.M)
 
 
@@ -249,3 +251,89 @@ def test_a_capture_during_a_ping_writes_its_icmp_frames_as_pcap(lab: Lab, tmp_pa
     assert len(frames) == 5
     icmp = [f for f in frames if f[12:14] == b"\x08\x00" and f[23] == 1]
     assert icmp and {f[34] for f in icmp} <= {0, 8}
+
+
+def metrics(lab: Lab, node: int) -> str:
+    answer = http_get(node_ip(node), 51100, "/metrics", netns=f"{lab.prefix}node{node}")
+    assert answer is not None and answer[0] == 200
+    return answer[1]
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of the first series `name` whose labels include `labels` (a value
+    ending in `*` matches as a prefix); None if there is none."""
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        head, _, rest = series.partition("{")
+        if head != name:
+            continue
+        have = dict(LABEL.findall(rest))
+        if all(
+            have.get(k, "").startswith(v[:-1]) if v.endswith("*") else have.get(k) == v
+            for k, v in labels.items()
+        ):
+            return float(value)
+    return None
+
+
+def tap_holders(pids: list[int], intf: str) -> set[int]:
+    """The processes among `pids` holding an fd on a TAP named `intf` (any netns)."""
+    holders = set()
+    for pid in pids:
+        fdinfo = Path(f"/proc/{pid}/fdinfo")
+        for entry in fdinfo.iterdir():
+            try:
+                text = entry.read_text()
+            except OSError:
+                continue  # the fd closed meanwhile
+            if f"iff:\t{intf}\n" in text:
+                holders.add(pid)
+    return holders
+
+
+def pod_status(lab: Lab, capsys: pytest.CaptureFixture[str], pod: str) -> dict[str, str]:
+    capsys.readouterr()
+    assert lab.run("status", "--json") == 0
+    pods = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["pods"]}
+    return pods[f"default/{pod}"]  # type: ignore[no-any-return]
+
+
+def test_a_same_node_emulated_link_is_carried_tap_to_tap_inside_one_worker(
+    lab: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lab.run("impair", "r1:eth2", "--delay", "20") == 0
+    until("the delay holds", lambda: delayed(lab, "r1", "10.0.2.3", 20))
+    # One worker holds both TAPs and joins them itself: no stream, not even to its own node.
+    until(
+        "the worker reports the pair",
+        lambda: metric(metrics(lab, 1), "meshwire_wire_tap_pairs") == 1,
+    )
+    text = metrics(lab, 1)
+    assert metric(text, "meshwire_wire_stream_refs", peer=f"{node_ip(1)}:*") is None, text
+    workers = worker_pids(lab, 1)
+    holders = tap_holders(workers, "eth2") | tap_holders(workers, "eth1")
+    assert len(holders) == 1 and tap_holders(workers, "eth2") == tap_holders(workers, "eth1")
+    delayed_frames = {"pod": "r1", "intf": "eth2", "action": "delayed"}
+    assert (metric(text, "meshwire_link_impaired_frames_total", **delayed_frames) or 0) > 0, text
+    # The first impairment rebuilt the veth once, and the pods' Topology status says so.
+    for pod, intf in (("r1", "eth2"), ("r3", "eth1")):
+        until(
+            f"{pod}'s status names the rebuild",
+            lambda pod=pod, intf=intf: (
+                f"link 2 ({intf}): rebuilt onto the workers"
+                in pod_status(lab, capsys, pod)["link_rebuilds"]
+            ),
+        )
+    # A pull: both ends up without carrier, no ping; plugged back on the same interfaces.
+    indexes = (link_line(lab, "r1", "eth2")[0], link_line(lab, "r3", "eth1")[0])
+    assert lab.run("link", "r3:eth1", "down") == 0
+
+    def pulled() -> bool:
+        ends = [link_line(lab, "r1", "eth2"), link_line(lab, "r3", "eth1")]
+        return all("UP" in flags and "NO-CARRIER" in flags for _, flags in ends)
+
+    until("both ends lose carrier", pulled)
+    assert ping(lab, "r1", "10.0.2.3", "-c", "3", "-i", "0.2", "-W", "1").returncode != 0
+    assert lab.run("link", "r3:eth1", "up") == 0
+    until("the delay holds again", lambda: delayed(lab, "r1", "10.0.2.3", 20))
+    assert (link_line(lab, "r1", "eth2")[0], link_line(lab, "r3", "eth1")[0]) == indexes
