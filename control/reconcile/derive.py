@@ -20,8 +20,8 @@ A link under emulation (model/emulation.py: impairments or a `state` on
 either end) is a grpc row whichever nodes its pods run on: the workers carry
 it, through a gRPC stream to the far node's worker, or TAP to TAP inside one
 worker for two pods of one node (wire/manager.py joins those two rows itself);
-every other link stays on the kernel's path (veth, vxlan). Each end carries its own impairments; the row is `down` if either
-end's state is.
+every other link stays on the kernel's path (veth, vxlan). Each end carries
+its own impairments; the row is `down` if either end's state is.
 Each pod end's MAC is its link's `local_mac` or derived (`model/macs.py`): the
 same on every node, so the same after a restart or a move.
 Links that fail validation, or whose two ends disagree, get no row and a
