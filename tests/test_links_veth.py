@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from links_helpers import (
     Namespaces,
@@ -16,6 +18,7 @@ from links_helpers import (
     wait_until,
 )
 
+from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.links.names import Role, temp_name
@@ -23,11 +26,22 @@ from meshwire.control.links.names import Role, temp_name
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]
 
+WAIT = 30.0
+
 
 @pytest.fixture
-def driver(namespaces: Namespaces) -> Drivers:
+def reaper() -> Iterator[Reaper]:
+    reaper = Reaper()
+    try:
+        yield reaper
+    finally:
+        reaper.flush(WAIT)
+
+
+@pytest.fixture
+def driver(namespaces: Namespaces, reaper: Reaper) -> Drivers:
     # Pairs are born in a host netns of the test's own, never in the real root netns.
-    return Drivers(kernel_drivers(host_netns=namespaces.add("host")))
+    return Drivers(kernel_drivers(host_netns=namespaces.add("host"), reaper=reaper))
 
 
 def test_pair_carries_v4_and_v6_between_the_pods(namespaces: Namespaces, driver: Drivers) -> None:
@@ -87,15 +101,19 @@ def test_pod_restart_in_a_new_netns_is_repaired_from_the_same_row(
 
 
 def test_peer_netns_moved_while_the_old_one_lives_on(
-    namespaces: Namespaces, driver: Drivers
+    namespaces: Namespaces, driver: Drivers, reaper: Reaper
 ) -> None:
     # The pod restarted under a new netns path while its old netns is still held
     # open: the surviving end is paired with the dead pod and must be re-paired.
     a, old_b, new_b = namespaces.add("a"), namespaces.add("b"), namespaces.add("b2")
     driver.update(veth_row(a, old_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
     driver.update(veth_row(a, new_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
-    assert "eth1" in links(new_b) and "eth1" not in links(old_b)
+    assert "eth1" in links(new_b)
     assert pings(a, "10.0.0.2")
+    # The old pair goes with the end set aside in a, a moment later.
+    assert reaper.settle(WAIT)
+    assert "eth1" not in links(old_b)
+    assert set(links(a)) == {"lo", "eth1"}
 
 
 def test_address_change_replaces_only_meshwires_address(
@@ -146,7 +164,7 @@ def test_missing_netns_is_transient_and_names_the_path(
 
 
 def test_delete_removes_both_ends_and_is_idempotent(
-    namespaces: Namespaces, driver: Drivers
+    namespaces: Namespaces, driver: Drivers, reaper: Reaper
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b)
@@ -154,6 +172,8 @@ def test_delete_removes_both_ends_and_is_idempotent(
     driver.delete(row)
     assert "eth1" not in links(a) and "eth1" not in links(b)
     driver.delete(row)
+    assert reaper.settle(WAIT)
+    assert set(links(a)) == set(links(b)) == {"lo"}
     namespaces.recreate(b)
     ip("netns", "del", netns_name(b))
     driver.delete(row)  # a vanished netns is success too
@@ -182,7 +202,7 @@ def test_both_ends_named_alike_in_one_netns_is_a_spec_error(
 
 
 def test_ifindexes_that_merely_match_across_netns_do_not_count_as_a_pair(
-    namespaces: Namespaces, driver: Drivers
+    namespaces: Namespaces, driver: Drivers, reaper: Reaper
 ) -> None:
     # ifindexes are per netns: a look-alike in `new_b` can point at the end in `a`
     # (still paired with `old_b`) by ifindex alone, and be pointed at by it.
@@ -196,4 +216,5 @@ def test_ifindexes_that_merely_match_across_netns_do_not_count_as_a_pair(
     assert links(new_b)["eth1"]["link_index"] == end_a["ifindex"]
     driver.update(veth_row(a, new_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
     assert pings(a, "10.0.0.2")
+    assert reaper.settle(WAIT)
     assert "eth1" not in links(old_b)

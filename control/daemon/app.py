@@ -56,6 +56,7 @@ from meshwire.control.daemon.sandbox_store import SandboxStore
 from meshwire.control.daemon.slot_keeper import SlotKeeper
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
+from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks
@@ -109,7 +110,8 @@ class Daemon:
         # Every node runs the wire stack: besides a grpc node's cross-node links, every
         # link under emulation (impairments or a cable state) is a grpc row.
         self.wire = _wire_stack(config)
-        drivers = kernel_drivers(vxlan_port=config.vxlan.port)
+        self.reaper = Reaper()
+        drivers = kernel_drivers(vxlan_port=config.vxlan.port, reaper=self.reaper)
         if self.wire is not None:
             drivers[LinkKind.GRPC] = self.wire.driver
         self.driver = Drivers(drivers)
@@ -235,7 +237,8 @@ class Daemon:
 
     async def _serve(self, api: ApiClient, parts: _Parts) -> None:
         """Start every loop, wait for the stop (or a loop that ends), then stop them in
-        order: nothing is torn down, status writes get FLUSH_GRACE to land."""
+        order: no link is torn down, status writes get FLUSH_GRACE to land, and so
+        do the deletions of interfaces set aside (links/aside.py)."""
         if self.config.reserve_ports:
             # In this thread: /proc/sys/net is the namespace of the thread that opens it.
             reserved_ports.reserve(reserved_ports.listen_ports(self.config))
@@ -280,6 +283,8 @@ class Daemon:
                 await self.wire.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.status.flush(), FLUSH_GRACE)
+            # Interfaces set aside go now rather than at the next run's first prune.
+            await asyncio.to_thread(self.reaper.flush, FLUSH_GRACE)
             await self.status.close()
             self.desired.close()
             self.plumbing.close()

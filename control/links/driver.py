@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 from ..tables.links import LinkKind, LinkRow
 from . import iface
 from .announce import Announcer
+from .aside import Reaper
 from .errors import SpecError, blame
 from .macvlan import MacvlanDriver
 from .names import Mark
@@ -152,16 +153,17 @@ class Drivers:
 
 
 def kernel_drivers(
-    host_netns: str = "", vxlan_port: int = VXLAN_PORT
+    host_netns: str = "", vxlan_port: int = VXLAN_PORT, reaper: Reaper | None = None
 ) -> dict[LinkKind, KindDriver]:
     """The netlink drivers for veth, vxlan and macvlan.
 
     `host_netns`: where vxlan UDP sockets live and macvlan host interfaces are;
     "" means the calling thread's own (the daemon runs in its node's netns).
+    `reaper`: what deletes the veth ends set aside (default: one of their own).
     """
     announcer = Announcer()
     return {
-        LinkKind.VETH: VethDriver(announcer),
+        LinkKind.VETH: VethDriver(announcer, reaper),
         LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port, announcer),
         LinkKind.MACVLAN: MacvlanDriver(host_netns, announcer),
     }

@@ -117,9 +117,12 @@ def set_link(
     mac: str = "",
     mtu: int = 0,
     up: bool = False,
+    down: bool = False,
 ) -> None:
     """Change interface `index` in one request (see `rtnl.set_link`)."""
-    ipr.rtnl.request(rtnl.set_link(index, name=name, alias=alias, mac=mac, mtu=mtu, up=up))
+    ipr.rtnl.request(
+        rtnl.set_link(index, name=name, alias=alias, mac=mac, mtu=mtu, up=up, down=down)
+    )
 
 
 def dump(ipr: Any) -> list[Iface]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import iface
+from .aside import Reaper
 from .errors import LinkError, SpecError
 from .names import Mark
 from .netns import Netns, NetnsGone, NotANetns, netlink, open_netns
@@ -127,9 +128,14 @@ def create_and_place(
     return made
 
 
-def delete_end(netns: str, intf: str, kind: str, mark: Mark, temp: str) -> None:
+def delete_end(
+    netns: str, intf: str, kind: str, mark: Mark, temp: str, reaper: Reaper | None = None
+) -> None:
     """Delete `intf` in `netns` if it is a `kind` interface marked for this link, and
     whatever a crashed attempt left there under the row's temporary name `temp`.
+
+    With a `reaper`, `intf` is set aside (its name free at once, deleted a
+    moment later, see aside.py) instead of deleted in the caller's time.
 
     A gone netns (or a path that is no longer one) or a missing interface is
     success. The kind check matters when a link changes kind (a pod moved to
@@ -140,7 +146,10 @@ def delete_end(netns: str, intf: str, kind: str, mark: Mark, temp: str) -> None:
         with open_netns(netns) as ns, netlink(ns) as ipr:
             found = iface.find(ipr, intf)
             if found is not None and found.kind == kind and found.mark == mark:
-                iface.delete(ipr, found.index)
+                if reaper is None:
+                    iface.delete(ipr, found.index)
+                else:
+                    reaper.set_aside(ipr, ns, found)
             clear_leftovers(ipr, mark, [temp], netns)
     except (NetnsGone, NotANetns):
         return

@@ -16,6 +16,11 @@ forever; see lifecycle.py). A temporary name is `mw` + 11 hex digits of a hash
 of the row key + one letter for the role: 14 bytes, within IFNAMSIZ, the same on
 every attempt for a row (so the next attempt finds and removes a leftover) and
 distinct between rows barring a 44-bit hash collision.
+
+Aside names: an interface in the way of a new one (the end a restarted pod's
+peer still holds) is renamed `mwold` + its ifindex in 8 hex digits
+(`aside_name`) and deleted later (aside.py): unique in its netns as the
+ifindex is, marked as it was, never a temporary name (`o` is no hex digit).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 MARK_PREFIX = "meshwire:"
+ASIDE_PREFIX = "mwold"
 # Address protocol for addresses meshwire assigns (0-3 are the kernel's own).
 ADDRESS_PROTO = 0x6D
 
@@ -65,3 +71,18 @@ class Role(StrEnum):
 def temp_name(row_key: str, role: Role) -> str:
     digest = hashlib.blake2b(row_key.encode(), digest_size=8).hexdigest()
     return f"mw{digest[:11]}{role.value}"
+
+
+def aside_name(ifindex: int) -> str:
+    """The name an interface is set aside under until it is deleted (13 bytes)."""
+    return f"{ASIDE_PREFIX}{ifindex:08x}"
+
+
+def is_aside(name: str) -> bool:
+    """Whether `name` is one `aside_name` gives."""
+    digits = name.removeprefix(ASIDE_PREFIX)
+    return (
+        len(name) == len(ASIDE_PREFIX) + 8
+        and digits != name
+        and all(c in "0123456789abcdef" for c in digits)
+    )

@@ -5,8 +5,8 @@ a full message decode), 20-50 times what the kernel takes; building a veth
 pair takes about 11 requests. The requests on that path are coded here by
 hand: read an interface by name (`get_link`), create a veth pair or a vxlan
 device in place (`new_veth`, `new_vxlan`), change an interface (`set_link`:
-name, alias, MAC, MTU, up), delete one (`del_link`), add an address
-(`new_address`), and what a full
+name, alias, MAC, MTU, up or down), delete one (`del_link`), add or remove an
+address (`new_address`, `del_address`), and what a full
 pass reads back: an interface's addresses (`get_addresses`) and the id a
 netns gives another (`get_nsid`). Everything else stays with pyroute2.
 
@@ -45,6 +45,7 @@ RTM_NEWLINK = 16
 RTM_DELLINK = 17
 RTM_GETLINK = 18
 RTM_NEWADDR = 20
+RTM_DELADDR = 21
 RTM_GETADDR = 22
 RTM_NEWNSID = 88
 RTM_GETNSID = 90
@@ -211,11 +212,14 @@ def set_link(
     mac: str = "",
     mtu: int = 0,
     up: bool = False,
+    down: bool = False,
 ) -> tuple[int, int, bytes]:
     """Change interface `index`: each of name, alias, MAC and MTU given (not empty or 0),
-    and raise it if `up`; all in one request, applied by the kernel under one lock."""
+    and raise it if `up` or take it down if `down`; all in one request, applied by the
+    kernel under one lock (the name first, the up state last)."""
     flags = IFF_UP if up else 0
-    body = IFINFOMSG.pack(0, 0, index, flags, flags)
+    change = IFF_UP if up or down else 0
+    body = IFINFOMSG.pack(0, 0, index, flags, change)
     if name:
         body += attr_str(IFLA_IFNAME, name)
     if alias:
@@ -246,6 +250,17 @@ def new_address(
         body += attr(IFA_LOCAL, packed)
     body += attr(IFA_ADDRESS, packed) + attr(IFA_PROTO, bytes([proto]))
     return RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, body
+
+
+def del_address(address: Address) -> tuple[int, int, bytes]:
+    """Remove `address` (as `parse_address` read it) from its interface."""
+    family = socket.AF_INET if address.interface.version == 4 else socket.AF_INET6
+    body = IFADDRMSG.pack(family, address.prefixlen, 0, 0, address.index)
+    if address.local:
+        body += attr(IFA_LOCAL, ipaddress.ip_address(address.local).packed)
+    if address.address:
+        body += attr(IFA_ADDRESS, ipaddress.ip_address(address.address).packed)
+    return RTM_DELADDR, 0, body
 
 
 def get_addresses(index: int) -> tuple[int, int, bytes]:

@@ -5,8 +5,14 @@ its End's address, the row's MTU, up and marked. The row is the same whichever
 pod restarted, so `update` repairs from either side: a pair counts as intact only
 if each end is a marked veth whose peer is the other end, in the other netns;
 otherwise both names are cleared (only if marked for this link) and the pair is
-built again. An end whose netns was destroyed takes its peer with it, so a pod
-restart usually just means "both ends missing".
+built again. An end whose netns was destroyed takes its peer with it, but only
+once the kernel has torn that netns down: a pod restarted a moment ago usually
+left its peer holding the old end.
+
+Clearing a name never waits for the kernel's deletion (20-27 ms a veth): the
+end holding it is set aside (aside.py: down, renamed, addresses removed) and
+deleted a moment later by the driver's `Reaper`, so a restarted pod's new pair
+is built at once. `delete` clears both ends the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 from ..tables.links import LinkRow
 from . import iface, rtnl
 from .announce import Announcer
+from .aside import Reaper
 from .errors import SpecError, blame
 from .lifecycle import Placement, claim, create_and_place, delete_end
 from .names import Mark, Role, temp_name
@@ -26,9 +33,11 @@ KIND = "veth"
 
 
 class VethDriver:
-    def __init__(self, announcer: Announcer | None = None) -> None:
-        """`announcer`: where new ends' announcements are queued (default: one of its own)."""
+    def __init__(self, announcer: Announcer | None = None, reaper: Reaper | None = None) -> None:
+        """`announcer`: where new ends' announcements are queued; `reaper`: what deletes
+        the ends set aside (default: one of its own each)."""
         self._announcer = announcer if announcer is not None else Announcer()
+        self._reaper = reaper if reaper is not None else Reaper()
 
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
@@ -61,11 +70,13 @@ class VethDriver:
                 self._announcer.later(row.peer)
 
     def delete(self, row: LinkRow) -> None:
-        """Remove both ends if they are this link's veths; a gone netns or end is success."""
+        """Remove both ends if they are this link's veths; a gone netns or end is success.
+
+        Their names are free on return; the interfaces go a moment later (`Reaper`)."""
         mark = Mark(row.namespace, row.uid)
         for end, temp in zip((row.local, row.peer), _temps(row), strict=True):
             with blame(mark.link, end.netns, end.intf):
-                delete_end(end.netns, end.intf, KIND, mark, temp)
+                delete_end(end.netns, end.intf, KIND, mark, temp, self._reaper)
 
     def _rebuild(
         self,
@@ -74,9 +85,9 @@ class VethDriver:
         local: tuple[Any, Netns, iface.Iface | None],
         peer: tuple[Any, Netns, iface.Iface | None],
     ) -> tuple[iface.Iface, iface.Iface]:
-        for ipr, _, found in (local, peer):
+        for ipr, ns, found in (local, peer):
             if found is not None:
-                iface.delete(ipr, found.index)
+                self._reaper.set_aside(ipr, ns, found)
         local_temp, peer_temp = _temps(row)
         create = rtnl.new_veth(local_temp, peer_temp, peer[1].fd, row.mtu)
         # Asked of the local end's netns, where that end is made; the peer's
