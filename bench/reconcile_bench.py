@@ -3,7 +3,7 @@ floor, and a peer's ADD to its links up, split into its parts.
 
     .venv/bin/python bench/reconcile_bench.py [--converge-file FILE] [--runs 1]
         [--restarts 100] [--restart-file FILE] [--pod NAME]
-        [--skip-converge] [--skip-floor] [--skip-restarts]
+        [--skip-converge] [--skip-floor] [--skip-restarts] [--config FILE]
 
 Both parts run through `meshwire lab` with one simulated node (the embedded
 API, a real daemon in the node's netns, the real CNI shim, pods as network
@@ -30,7 +30,13 @@ host's loopback.
    the shim's (exec to answer, minus the daemon's part) and the bench's own
    look at the kernel after the ADD returned (`seen`, a GETLINK per end
    every 1 ms).
-   Each reported as p50/p99/max.
+   Each reported as p50/p99/max. `status_writes` counts the API's Topology
+   writes during the restarts and says whether they ran into the daemon's
+   status write cap (`reconcile.status_rate` after its burst): an ADD answers
+   once its placement is written, so back-to-back restarts (two writes each,
+   the DEL's and the ADD's) are then paced by that cap, not by the restart
+   path; `--config` gives the daemon another (`--skip-converge` runs only
+   this part).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from meshwire.control.daemon.cni_handler import ADD_TIMINGS
 from meshwire.control.lab import netns, pods
+from meshwire.control.lab.daemons import read_base
 from meshwire.control.lab.down import down
 from meshwire.control.lab.links import lab_links, topologies_of
 from meshwire.control.lab.names import LabNames, netns_path
@@ -67,6 +74,7 @@ from meshwire.control.lab.up import UpOptions, start_daemon, up
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import NetnsGone, NotANetns, open_netns, socket_in
 from meshwire.control.model.topology import API_VERSION, GROUP, PLURAL, VERSION
+from meshwire.control.reconcile.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITE_RATE
 
 # meshnet's test topologies, shipped with the suite (tests/data/meshnet).
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "data" / "meshnet"
@@ -82,11 +90,13 @@ PART = re.compile(r"(\w+_ms)=([0-9.]+)")
 
 
 @contextmanager
-def lab_of(file: Path, with_daemons: bool) -> Iterator[tuple[LabDir, LabNames, LabState]]:
+def lab_of(
+    file: Path, with_daemons: bool, config: Path | None = None
+) -> Iterator[tuple[LabDir, LabNames, LabState]]:
     name = "b" + secrets.token_hex(3)[:5]
     names = LabNames(name)
     lab = LabDir.locate(name, None)
-    options = UpOptions(file, nodes=1, name=name, wait=TIMEOUT)
+    options = UpOptions(file, nodes=1, name=name, wait=TIMEOUT, config=config)
     try:
         state = up(options, MeshwireRuntime(with_daemons=with_daemons), LineProgress(io.StringIO()))
         yield lab, names, state
@@ -192,8 +202,8 @@ def converge(file: Path) -> dict[str, Any]:
         }
 
 
-def restarts(file: Path, pod_name: str, count: int) -> dict[str, Any]:
-    with lab_of(file, with_daemons=True) as (lab, names, state):
+def restarts(file: Path, pod_name: str, count: int, config: Path | None) -> dict[str, Any]:
+    with lab_of(file, with_daemons=True, config=config) as (lab, names, state):
         shim = MeshwireRuntime().cni_argv()
         record = state.pod(pod_name)
         placement = {key: pod.node for key, pod in state.pods.items()}
@@ -206,6 +216,8 @@ def restarts(file: Path, pod_name: str, count: int) -> dict[str, Any]:
         daemon_log = DaemonLog(lab.log(f"daemon/{NODE}"))
         samples, adds = [], []
         parts: dict[str, list[float]] = {}
+        revision = topology_revision(state, names)
+        loop_started = time.monotonic()
         for _ in range(count):
             pods.detach(lab, state, record, shim)
             pods.recreate_netns(lab, state, record)
@@ -226,6 +238,8 @@ def restarts(file: Path, pod_name: str, count: int) -> dict[str, Any]:
             timings["seen_ms"] = (seen - returned) * 1000
             for part, ms in timings.items():
                 parts.setdefault(part, []).append(ms / 1000)
+        writes = topology_revision(state, names) - revision
+        loop_s = time.monotonic() - loop_started
         return {
             "file": file.name,
             "pod": record.key,
@@ -238,7 +252,43 @@ def restarts(file: Path, pod_name: str, count: int) -> dict[str, Any]:
                 for part, values in sorted(parts.items())
             },
             "parts_logged": len(parts.get("daemon_ms", [])),
+            "status_writes": status_cap(writes, loop_s, count, config),
         }
+
+
+def topology_revision(state: LabState, names: LabNames) -> int:
+    """The API's Topology resourceVersion: every status write that changed a field bumps it."""
+
+    def read() -> int:
+        api = client.CustomObjectsApi(client.ApiClient(client.Configuration(host=state.api_url)))
+        listed = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+        return int(listed["metadata"]["resourceVersion"])
+
+    return netns.in_netns(names.hub_netns, read)
+
+
+def status_cap(writes: int, loop_s: float, count: int, config: Path | None) -> dict[str, Any]:
+    """Whether the restarts ran into the daemon's status write cap (`reconcile.status_rate`,
+    the writer's burst): an ADD answers only once its pod's placement is written, so
+    once the bucket is dry each ADD's `status` part is its wait for a token."""
+    rate = float(read_base(config).get("reconcile", {}).get("status_rate", DEFAULT_WRITE_RATE))
+    bound = writes > DEFAULT_WRITE_BURST + 0.9 * rate * loop_s
+    result: dict[str, Any] = {
+        "writes": writes,
+        "per_restart": round(writes / count, 2),
+        "per_s": round(writes / loop_s, 1),
+        "status_rate": rate,
+        "burst": DEFAULT_WRITE_BURST,
+        "bound_by_status_rate": bound,
+    }
+    if bound:
+        result["note"] = (
+            f"restarts back to back needed {writes / loop_s:.0f} status writes/s, over the "
+            f"cap of {rate:g}/s once the burst of {DEFAULT_WRITE_BURST} was spent: the "
+            "status part is the wait for a token; --config with a higher "
+            "reconcile.status_rate shows the restart path alone"
+        )
+    return result
 
 
 def stamp(into: list[float]) -> None:
@@ -338,6 +388,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--skip-converge", action="store_true")
     parser.add_argument("--skip-floor", action="store_true", help="no kernel floor run")
     parser.add_argument("--skip-restarts", action="store_true")
+    parser.add_argument("--config", type=Path, help="the daemons' config file (lab up --config)")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {"api": API_VERSION}
     if not args.skip_converge:
@@ -347,7 +398,7 @@ def main(argv: list[str]) -> int:
         if args.runs > 1:
             print(json.dumps(results["converge"]), flush=True)
     if not args.skip_restarts:
-        results["restart"] = restarts(args.restart_file, args.pod, args.restarts)
+        results["restart"] = restarts(args.restart_file, args.pod, args.restarts, args.config)
         print(json.dumps(results["restart"]), flush=True)
     return 0
 
