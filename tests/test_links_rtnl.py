@@ -105,6 +105,33 @@ def test_a_change_carries_exactly_the_fields_given_and_raises_only_when_asked() 
     assert (only_alias["flags"], only_alias["change"]) == (0, 0)
     assert [name for name, _ in only_alias["attrs"]] == ["IFLA_IFALIAS"]
 
+    aside = decoded_link(rtnl.set_link(7, name="mwold00000007", down=True))
+    assert (aside["flags"], aside["change"]) == (0, rtnl.IFF_UP)
+    assert [name for name, _ in aside["attrs"]] == ["IFLA_IFNAME"]
+
+
+@pytest.mark.parametrize(
+    ("local", "address", "attrs"),
+    [
+        ("10.0.0.1", "10.0.0.1", ["IFA_LOCAL", "IFA_ADDRESS"]),
+        ("10.0.0.1", "10.0.0.2", ["IFA_LOCAL", "IFA_ADDRESS"]),  # a peer address
+        ("", "2001:db8::1", ["IFA_ADDRESS"]),
+    ],
+)
+def test_an_address_is_removed_by_what_the_kernel_read_back(
+    local: str, address: str, attrs: list[str]
+) -> None:
+    read = rtnl.Address(index=5, prefixlen=30, local=local, address=address, proto=None)
+    kind, request_flags, body = rtnl.del_address(read)
+    assert (kind, request_flags) == (rtnl.RTM_DELADDR, 0)
+    msg = ifaddrmsg(rtnl.message(kind, request_flags, 1, body))
+    msg.decode()
+    family = socket.AF_INET if "." in address else socket.AF_INET6
+    assert (msg["family"], msg["prefixlen"], msg["index"]) == (family, 30, 5)
+    assert [name for name, _ in msg["attrs"]] == attrs
+    assert msg.get_attr("IFA_ADDRESS") == address
+    assert msg.get_attr("IFA_LOCAL") == (local or None)
+
 
 @pytest.mark.parametrize(
     ("cidr", "flags", "attrs"),
