@@ -21,7 +21,13 @@ It runs the real commands as a user would (`meshwire lab up`, `check`,
 - per node, from its daemon's /metrics just after `up`: link operations and
   the seconds they took (`meshwire_reconcile_duration_seconds`), so the
   convergence work of each node is seen apart from the waiting;
-- `check` (every link proven by ARP both ways) and `down`.
+- `check` (every link proven by ARP both ways) and `down`;
+- the floor the daemons' status write cap puts under the CNI phase: each
+  ADD answers only once its pod's placement is written to its Topology
+  status, and a node writes at most `reconcile.status_rate` statuses a second
+  (20 by default) after a burst of 40, so the busiest node's N pods need at
+  least (N - 40) / rate seconds: 250 pods a node, 10.5 s. `status_cap` gives
+  that floor and says when the CNI phase is bound by it.
 
 Everything is named `mwlscale-` and `lab down` runs at the end even when a
 step fails. Nothing touches the host's loopback.
@@ -43,8 +49,10 @@ from typing import Any
 
 import yaml
 
+from meshwire.control.lab.daemons import read_base
 from meshwire.control.lab.probe import http_get
 from meshwire.control.lab.state import LabDir, LabState
+from meshwire.control.reconcile.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITE_RATE
 from meshwire.dataplane import hostport
 
 NAME = "scale"
@@ -175,6 +183,33 @@ def node_metrics() -> dict[str, dict[str, float]]:
     return out
 
 
+def status_cap(up: dict[str, float], config: Path | None) -> dict[str, Any]:
+    """The floor the status write cap puts under the CNI phase (one placement write per
+    pod, per node), and whether the measured phase sits on it."""
+    state = LabDir.locate(NAME, None).load()
+    per_node: dict[str, int] = {}
+    for pod in state.pods.values():
+        per_node[pod.node] = per_node.get(pod.node, 0) + 1
+    busiest = max(per_node.values(), default=0)
+    rate = float(read_base(config).get("reconcile", {}).get("status_rate", DEFAULT_WRITE_RATE))
+    floor = max(0, busiest - DEFAULT_WRITE_BURST) / rate
+    cni = up.get("cni", 0.0)
+    result: dict[str, Any] = {
+        "status_rate": rate,
+        "burst": DEFAULT_WRITE_BURST,
+        "pods_busiest_node": busiest,
+        "cni_floor_seconds": round(floor, 2),
+        "bound_by_status_rate": floor > 0 and cni < floor * 1.2,
+    }
+    if result["bound_by_status_rate"]:
+        result["note"] = (
+            f"the CNI phase ({cni:.1f} s) sits on the status write cap: {busiest} pods on "
+            f"one node at {rate:g} writes/s after a burst of {DEFAULT_WRITE_BURST} take "
+            f"at least {floor:.1f} s (reconcile.status_rate in --config moves it)"
+        )
+    return result
+
+
 def timed(argv: list[str]) -> tuple[float, str]:
     start = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -202,6 +237,7 @@ def main(argv: list[str]) -> int:
         file.write_text(text)
         try:
             report["up"] = phases(run_up(file, args.nodes, args.config))
+            report["status_cap"] = status_cap(report["up"], args.config)
             report["nodes"] = node_metrics()
             report["check_seconds"], report["check"] = timed(meshwire("check"))
         finally:
