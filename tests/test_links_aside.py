@@ -114,23 +114,34 @@ def test_every_end_set_aside_is_deleted(namespaces: Namespaces) -> None:
     assert pings(a, "10.0.0.2")
 
 
-def test_delete_frees_both_names_at_once_and_removes_both_ends_later(
+def test_a_moved_link_frees_both_names_at_once_and_its_old_ends_go_later(
     namespaces: Namespaces, held: Reaper
 ) -> None:
+    # The reconciler's `move`: the row's ends moved (a pod restarted in a new netns).
     driver = driver_with(namespaces, held)
-    a, b = namespaces.add("a"), namespaces.add("b")
-    row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
-    driver.update(row)
-    driver.delete(row)
+    a, b, b2 = namespaces.add("a"), namespaces.add("b"), namespaces.add("b2")
+    old, row = (veth_row(a, p, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30") for p in (b, b2))
+    driver.update(old)
+    driver.move(old, row)
     assert "eth1" not in links(a) and "eth1" not in links(b)
     assert len(aside_ends(a)) == len(aside_ends(b)) == 1
-    driver.update(row)  # the names are free: built again at once
+    driver.update(row)  # the names are free: built at once
     assert pings(a, "10.0.0.2")
 
     assert held.flush(WAIT)
     assert aside_ends(a) == aside_ends(b) == {}
-    assert set(links(a)) == set(links(b)) == {"lo", "eth1"}
+    assert set(links(b)) == {"lo"}
+    assert set(links(a)) == set(links(b2)) == {"lo", "eth1"}
     assert pings(a, "10.0.0.2")
+
+
+def test_a_removed_link_is_gone_when_delete_returns(namespaces: Namespaces, held: Reaper) -> None:
+    driver = driver_with(namespaces, held)
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b)
+    driver.update(row)
+    driver.delete(row)
+    assert set(links(a)) == set(links(b)) == {"lo"}
 
 
 def test_an_aside_end_left_by_a_crash_is_removed_by_the_next_full_pass(
@@ -192,7 +203,7 @@ def test_an_aside_end_that_lost_its_mark_is_left_alone(
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b)
     driver.update(row)
-    driver.delete(row)
+    driver.move(row, veth_row(a, b, uid=1, a_intf="eth2"))
     [name] = aside_ends(a)
     ip("-n", netns_name(a), "link", "set", name, "alias", "")  # someone else's now
     [b_name] = aside_ends(b)

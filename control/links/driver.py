@@ -59,12 +59,14 @@ class KindDriver(Protocol):
 
 @runtime_checkable
 class KeepsAcrossMoves(Protocol):
-    """A kind whose link outlives its ends moving (grpc: the wire's id and
-    stream depend on the link, not on where its TAP is)."""
+    """A kind that clears a link's old ends its own way when they move and the kind
+    stays: grpc keeps the link's state (the wire's id and stream depend on the
+    link, not on where its TAP is); veth frees the old ends' names at once and
+    deletes them a moment later, so the new pair waits for no deletion."""
 
     def vacate(self, row: LinkRow) -> None:
-        """Remove `row`'s interfaces but keep the link's state for the row that
-        replaces it; gone interfaces or netns are success."""
+        """Remove `row`'s interfaces (their names free on return) and keep what the
+        row that replaces it needs; gone interfaces or netns are success."""
         ...
 
 

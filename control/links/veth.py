@@ -12,7 +12,9 @@ left its peer holding the old end.
 Clearing a name never waits for the kernel's deletion (20-27 ms a veth): the
 end holding it is set aside (aside.py: down, renamed, addresses removed) and
 deleted a moment later by the driver's `Reaper`, so a restarted pod's new pair
-is built at once. `delete` clears both ends the same way.
+is built at once. `vacate` (the reconciler's `move`: a row whose ends moved)
+clears the old row's ends the same way; `delete` (a link removed) waits for
+the kernel, so a removed link leaves nothing behind when it returns.
 """
 
 from __future__ import annotations
@@ -70,13 +72,20 @@ class VethDriver:
                 self._announcer.later(row.peer)
 
     def delete(self, row: LinkRow) -> None:
-        """Remove both ends if they are this link's veths; a gone netns or end is success.
+        """Remove both ends if they are this link's veths; a gone netns or end is success."""
+        self._clear(row, None)
 
-        Their names are free on return; the interfaces go a moment later (`Reaper`)."""
+    def vacate(self, row: LinkRow) -> None:
+        """Free both ends' names for the row that replaces `row` (its ends moved: a pod
+        restarted in a new netns) at once: each end is set aside and deleted a
+        moment later (`Reaper`); a gone netns or end is success."""
+        self._clear(row, self._reaper)
+
+    def _clear(self, row: LinkRow, reaper: Reaper | None) -> None:
         mark = Mark(row.namespace, row.uid)
         for end, temp in zip((row.local, row.peer), _temps(row), strict=True):
             with blame(mark.link, end.netns, end.intf):
-                delete_end(end.netns, end.intf, KIND, mark, temp, self._reaper)
+                delete_end(end.netns, end.intf, KIND, mark, temp, reaper)
 
     def _rebuild(
         self,
