@@ -16,7 +16,10 @@ What a caller may rely on:
   interface already gone is success.
 - The reaper deletes only an interface still under the aside name, still
   carrying the mark it was set aside with, in the very netns it was set aside
-  in (it keeps that netns open until then). Nothing else is ever touched.
+  in: the one at the same path with the same identity. A netns gone from its
+  path meanwhile is left as it is (a pod's netns torn down takes its
+  interfaces along). Nothing else is ever touched, and nothing is held open
+  while a deletion waits.
 - Each deletion starts `REAP_DELAY` after its `set_aside`: a deletion holds the
   rtnl lock for its 20 ms, and the caller's next requests (the new pair, its
   addresses) need that lock.
@@ -36,7 +39,6 @@ import errno
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,7 +47,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from . import iface, rtnl
 from .names import Mark, aside_name
-from .netns import Netlink, Netns, netlink
+from .netns import Netlink, Netns, NetnsGone, NotANetns, netlink, open_netns
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +63,9 @@ REAP_ATTEMPTS = 5
 class _Aside:
     due: float
     seq: int
-    # The netns it was set aside in, through a duplicate fd this entry owns.
-    ns: Netns = field(compare=False)
+    # The netns it was set aside in: its path, and its identity there then.
+    path: str = field(compare=False)
+    identity: tuple[int, int] = field(compare=False)
     name: str = field(compare=False)
     mark: Mark = field(compare=False)
     attempts: int = field(default=0, compare=False)
@@ -108,8 +111,7 @@ class Reaper:
                 raise
             iface.delete(ipr, found.index)
             return
-        held = Netns(ns.path, os.dup(ns.fd), ns.identity)
-        self._schedule(_Aside(0.0, next(self._seq), held, name, found.mark))
+        self._schedule(_Aside(0.0, next(self._seq), ns.path, ns.identity, name, found.mark))
 
     def flush(self, timeout: float) -> bool:
         """Delete everything pending now, without its delay, and wait for that
@@ -145,16 +147,14 @@ class Reaper:
         while (entry := self._next()) is not None:
             deleted = self._delete(entry)
             entry.attempts += 1
-            if deleted or entry.attempts >= self._attempts:
-                os.close(entry.ns.fd)
-                if not deleted:
-                    log.warning(
-                        "gave up deleting %s in %s (link %s); the next full pass prunes it",
-                        entry.name,
-                        entry.ns.path,
-                        entry.mark.link,
-                    )
-            else:
+            if not deleted and entry.attempts >= self._attempts:
+                log.warning(
+                    "gave up deleting %s in %s (link %s); the next full pass prunes it",
+                    entry.name,
+                    entry.path,
+                    entry.mark.link,
+                )
+            elif not deleted:
                 self._schedule(entry)
             with self._cond:
                 self._deleting -= 1
@@ -177,12 +177,17 @@ class Reaper:
     def _delete(self, entry: _Aside) -> bool:
         """Delete `entry`'s interface if it is still there as set aside; whether that is done."""
         try:
-            with netlink(entry.ns) as ipr:
-                found = iface.find(ipr, entry.name)
-                if found is not None and found.mark == entry.mark:
-                    iface.delete(ipr, found.index)
+            with open_netns(entry.path) as ns:
+                if ns.identity != entry.identity:
+                    return True
+                with netlink(ns) as ipr:
+                    found = iface.find(ipr, entry.name)
+                    if found is not None and found.mark == entry.mark:
+                        iface.delete(ipr, found.index)
+        except (NetnsGone, NotANetns):
+            return True
         except (NetlinkError, OSError) as exc:
-            log.info("deleting %s in %s failed: %s", entry.name, entry.ns.path, exc)
+            log.info("deleting %s in %s failed: %s", entry.name, entry.path, exc)
             return False
         return True
 
