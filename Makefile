@@ -4,7 +4,7 @@ LAB_FILE ?= examples/lab.yml
 NODES ?= 2
 MW := .venv/bin/meshwire
 
-.PHONY: setup lab test lint down bench-micro
+.PHONY: setup lab test lint down bench-micro image
 
 setup:
 	bash scripts/setup.sh
@@ -23,6 +23,11 @@ test: setup
 	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=25 -m "not scale"
 	# The 1,500-link labs alone: their check fills the machine's one ARP table.
 	.venv/bin/python -m pytest -q --durations=5 -m scale
+
+# The DaemonSet's image without docker: build/meshwire-image.tar (docker-archive,
+# meshwire:<version>), for `ctr -n k8s.io images import` on a node (scripts/image.sh).
+image: setup
+	bash scripts/image.sh
 
 lint: setup
 	bash scripts/lint.sh

@@ -18,6 +18,7 @@ COMMANDS: dict[tuple[str, ...], str] = {
     ("apply",): "client.apply",
     ("delete",): "client.delete",
     ("cni", "install"): "cni.install",
+    ("cni", "uninstall"): "cni.uninstall",
     ("lab", "graph"): "graph.command:lab_main",
     ("lab",): "lab.command",
     ("graph",): "graph.command:cluster_main",
@@ -39,6 +40,8 @@ commands:
                                   delete the Topology objects a file names
   cni install --bin-dir D --conf-dir D [--config FILE]
                                   install the CNI shim as `meshnet` and chain it
+  cni uninstall --bin-dir D --conf-dir D
+                                  take the shim out of the chain and remove it (links stay)
   lab up|status|check|down|...    a whole lab on one machine
   lab graph -o FILE | --serve H:P a picture of the lab (.svg .dot .mmd .json), or a live page
   graph --kubeconfig F [-n NS] -o FILE | --serve H:P

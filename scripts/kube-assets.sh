@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Prints a folder holding a real `kube-apiserver` and `etcd` for the tests' control plane
-# (tests/kube_cluster.py), following the envtest convention:
-#   - KUBEBUILDER_ASSETS naming a folder with both binaries wins, nothing is built;
-#   - otherwise kube-apiserver v1.20.2 is built once from Debian's archive into
+# (tests/kube_cluster.py), following the envtest convention, plus the node's binaries
+# (`kubelet`, `kube-scheduler`, `kube-controller-manager`) for the real-node tests
+# (tests/kube_node.py, marker `realnode`):
+#   - KUBEBUILDER_ASSETS naming a folder with kube-apiserver and etcd wins, nothing is built
+#     (the real-node tests then look for the node's binaries in the same folder);
+#   - otherwise all four are built once from Debian's archive into
 #     ${MESHWIRE_KUBE_CACHE:-~/.cache/meshwire/kube-v1.20.2} and reused afterwards.
 #
 # The build uses only Debian's archive: the Kubernetes source (bookworm's `kubernetes` source
@@ -10,7 +13,7 @@
 # golang-1.15 .debs, unpacked under the cache, not installed). Go 1.15 is v1.20's own toolchain:
 # a Go >= 1.18 build crashes on the first custom-resource write (vendored modern-go/reflect2).
 # etcd 3.4 comes from bookworm's etcd-server package. Needs root for apt-get on a fresh machine.
-# ~4 minutes on 2 cores, ~2.6 GB of build tree (removed after a successful build).
+# ~5 minutes on 2 cores, ~2.6 GB of build tree (removed after a successful build).
 #
 # Usage: bash scripts/kube-assets.sh          -> prints the folder on stdout (progress on stderr)
 set -euo pipefail
@@ -28,7 +31,12 @@ fi
 
 CACHE=${MESHWIRE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/meshwire/kube-v1.20.2}
 BIN=$CACHE/bin
-works() { "$BIN/kube-apiserver" --version 2>/dev/null | grep -q 'v1.20' && "$BIN/etcd" --version >/dev/null 2>&1; }
+KUBE_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+works() {
+  local b
+  for b in "${KUBE_BINS[@]}"; do "$BIN/$b" --version 2>/dev/null | grep -q 'v1.20' || return 1; done
+  "$BIN/etcd" --version >/dev/null 2>&1
+}
 if works; then
   echo "$BIN"
   exit 0
@@ -75,13 +83,13 @@ cd "$WORK/tree"
 mkdir -p .go/src/k8s.io && ln -sfn ../../.. .go/src/k8s.io/kubernetes
 export GOPATH=$PWD/.go GOPROXY=off GOFLAGS=-mod=vendor CGO_ENABLED=0 HOME=$WORK/home GOCACHE=$WORK/gocache
 mkdir -p "$HOME"
-log "compiling kube-apiserver (a few minutes; log $WORK/build.log)"
-if ! make WHAT=cmd/kube-apiserver >"$WORK/build.log" 2>&1; then
+log "compiling ${KUBE_BINS[*]} (a few minutes; log $WORK/build.log)"
+if ! make WHAT="$(printf 'cmd/%s ' "${KUBE_BINS[@]}")" >"$WORK/build.log" 2>&1; then
   tail -30 "$WORK/build.log" >&2
   log "make failed (log $WORK/build.log)"
   exit 1
 fi
-install -m 0755 _output/bin/kube-apiserver "$BIN/kube-apiserver"
+for b in "${KUBE_BINS[@]}"; do install -m 0755 "_output/bin/$b" "$BIN/$b"; done
 cd /
 rm -rf "$WORK"
 works || { log "built binaries do not run"; exit 1; }

@@ -19,6 +19,14 @@ command -v openssl >/dev/null || need_apt+=(openssl)
 # `lab graph` lays its pictures out with Graphviz; the tests look at them in headless Chromium.
 command -v dot >/dev/null || need_apt+=(graphviz)
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The real node of tests/kube_node.py (kubelet from scripts/kube-assets.sh): its runtime,
+# the CNI plugins it chains, busybox for its pods; `make image` builds in a debootstrap root.
+command -v containerd >/dev/null || need_apt+=(containerd)
+command -v runc >/dev/null || need_apt+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || need_apt+=(containernetworking-plugins)
+[[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
+command -v iptables >/dev/null || need_apt+=(iptables)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 if ((${#need_apt[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "setup: missing ${need_apt[*]}; run as root or install them" >&2

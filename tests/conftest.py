@@ -54,6 +54,7 @@ _LAB_FILES = (
     "test_graph_live",
     "test_wire_races",
     "test_kube_lab",
+    "test_realnode_",
 )
 
 

@@ -139,6 +139,8 @@ class ControlPlane:
             f"--tls-private-key-file={p / 'apiserver.key'}",
             f"--client-ca-file={self.ca_file}",
             "--authorization-mode=RBAC",
+            # As on a cluster: the meshwire DaemonSet runs privileged.
+            "--allow-privileged=true",
             f"--service-account-issuer={ISSUER}",
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",

@@ -72,8 +72,8 @@ def dockerfile() -> str:
     return (DEPLOY / "Dockerfile").read_text()
 
 
-def test_the_image_is_python_3_11_slim_and_builds_the_compiled_parts() -> None:
-    assert re.findall(r"^FROM (\S+)", dockerfile(), re.M)[-1] == "python:3.11-slim-bookworm"
+def test_the_image_is_bookworm_slim_and_builds_the_compiled_parts() -> None:
+    assert re.findall(r"^FROM (\S+)", dockerfile(), re.M)[-1] == "debian:bookworm-slim"
     assert "bash scripts/build.sh" in dockerfile()
 
 
@@ -81,7 +81,28 @@ def test_both_stages_build_on_the_same_pinned_debian_release() -> None:
     # An unpinned tag moved from bookworm to trixie under us: the build stage
     # and the runtime must agree on libc and libnghttp2.
     bases = {line.split()[0] for line in re.findall(r"^FROM (.+)$", dockerfile(), re.M)}
-    assert bases == {"python:3.11-slim-bookworm"}
+    assert bases == {"debian:bookworm-slim"}
+
+
+def image_script() -> str:
+    return (REPO / "scripts" / "image.sh").read_text()
+
+
+def test_make_image_copies_what_the_dockerfile_copies() -> None:
+    copied = []
+    for line in re.findall(r"^COPY (?!--from)(.+)$", dockerfile(), re.M):
+        *sources, _ = line.split()
+        copied += sources
+    (sources,) = re.findall(r"^SOURCES=\((.*)\)$", image_script(), re.M)
+    assert sorted(sources.split()) == sorted(copied)
+
+
+def test_make_image_installs_the_runtime_packages_the_dockerfile_installs() -> None:
+    runtime = dockerfile().split("\nFROM ")[-1]
+    (installed,) = re.findall(r"--no-install-recommends ([^\\&]+)", runtime)
+    (packages,) = re.findall(r"^RUNTIME_PKGS=(\S+)$", image_script(), re.M)
+    assert sorted(installed.split()) == sorted(packages.split(","))
+    assert re.search(r"^SUITE=bookworm$", image_script(), re.M)
 
 
 def dockerignored() -> list[str]:

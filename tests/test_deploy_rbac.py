@@ -25,6 +25,8 @@ CALL = re.compile(
     r"\.(list|get|create|replace|patch|delete)_(?:namespaced|cluster)_custom_object"
     r"(_status)?(?:_with_http_info|_without_preload_content)?\("
 )
+# CoreV1Api: the uninstall watch's namespace list (and watch).
+CORE_CALL = re.compile(r"\.(list|get)_namespace(?:_without_preload_content)?\(")
 WATCH_ARG = re.compile(r"[\"']?watch[\"']?\s*[:=]\s*True")
 API_CLASS = re.compile(r"\b([A-Z]\w*Api)\b")
 
@@ -67,6 +69,10 @@ def calls_in(source: str) -> set[tuple[str, str, str]]:
         out.add((group, RBAC_VERB.get(verb, verb), resource))
         if verb == "list" and WATCH_ARG.search(source):
             out.add((group, "watch", resource))
+    for call in CORE_CALL.finditer(source):
+        out.add(("", call.group(1), "namespaces"))
+        if call.group(1) == "list" and WATCH_ARG.search(source):
+            out.add(("", "watch", "namespaces"))
     return out
 
 
@@ -101,12 +107,19 @@ def test_the_cluster_role_grants_exactly_what_the_daemon_calls() -> None:
     assert granted() == called
 
 
-def test_the_daemon_uses_no_kubernetes_api_but_custom_objects() -> None:
+def test_the_daemon_uses_no_kubernetes_api_but_custom_objects_and_namespaces() -> None:
     kube_apis = {name for name in dir(kubernetes.client) if name.endswith("Api")}
     used: set[str] = set()
     for source in daemon_sources().values():
         used |= set(API_CLASS.findall(source)) & kube_apis
-    assert used == {"CustomObjectsApi"}
+    assert used == {"CustomObjectsApi", "CoreV1Api"}
+    core_calls = {
+        m.group(1).removesuffix("_without_preload_content")
+        for source in daemon_sources().values()
+        if "CoreV1Api" in source
+        for m in re.finditer(r"core\.(\w+)\(", source)
+    }
+    assert core_calls == {"list_namespace"}
 
 
 def test_the_role_is_bound_to_the_daemonsets_service_account() -> None:

@@ -117,7 +117,7 @@ def install_binary(shim: Path, bin_dir: Path) -> tuple[Path, bool]:
     target = bin_dir / BINARY_NAME
     if target.is_file() and target.read_bytes() == data:
         return target, False
-    _write_atomically(target, data, 0o755)
+    write_atomically(target, data, 0o755)
     return target, True
 
 
@@ -130,10 +130,10 @@ def chain_into_config(conf_dir: Path, socket: str) -> tuple[Path, str]:
     conflists = [n for n in names if n.endswith(".conflist")]
     if conflists:
         path = conf_dir / conflists[0]
-        updated = chained(_load_json(path), socket, str(path))
+        updated = chained(load_json(path), socket, str(path))
         if updated is None:
             return path, "already chained"
-        _write_atomically(path, _dump(updated), 0o644)
+        write_atomically(path, dump_json(updated), 0o644)
         return path, "chained"
     singles = [n for n in names if n.endswith((".conf", ".json"))]
     if not singles:
@@ -143,12 +143,13 @@ def chain_into_config(conf_dir: Path, socket: str) -> tuple[Path, str]:
         )
     original = conf_dir / singles[0]
     target = original.with_suffix(".conflist")
-    _write_atomically(target, _dump(converted(_load_json(original), socket, str(original))), 0o644)
+    conflist = converted(load_json(original), socket, str(original))
+    write_atomically(target, dump_json(conflist), 0o644)
     os.replace(original, original.with_name(original.name + ORIGINAL_SUFFIX))
     return target, f"converted from {original.name}"
 
 
-def _load_json(path: Path) -> dict[str, Any]:
+def load_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:
@@ -158,11 +159,11 @@ def _load_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _dump(config: dict[str, Any]) -> bytes:
+def dump_json(config: dict[str, Any]) -> bytes:
     return (json.dumps(config, indent=2) + "\n").encode()
 
 
-def _write_atomically(target: Path, data: bytes, mode: int) -> None:
+def write_atomically(target: Path, data: bytes, mode: int) -> None:
     # A dot-name without a config suffix: the runtime never loads the temp file.
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)

@@ -94,6 +94,22 @@ class CniConfig(_Section):
         "deleted, so that after a restart it still writes back a placement the API lost "
         "meanwhile. Keep it on tmpfs: a reboot forgets the records with the sandboxes.",
     )
+    conf_dir: str = Field(
+        default="",
+        description="The node's CNI config folder as this daemon sees it (deploy/ mounts "
+        "the host's /etc/cni/net.d at /host/etc/cni/net.d). Used with "
+        "cni.deployment_namespace; empty: the daemon never edits the CNI chain.",
+    )
+    deployment_namespace: str = Field(
+        default="",
+        description="The namespace meshwire is deployed in (deploy/ sets it from the "
+        "pod's). Once it is being deleted (`kubectl delete -k deploy/`), the daemon "
+        "changes no link any more (deleting the CRD deletes every Topology) and takes "
+        "its shim out of the chain in cni.conf_dir: later pods are not handed to "
+        "meshwire and existing links stay. It reconciles nothing before it has found "
+        "the namespace there. A rollout or a restart leaves the namespace, and the "
+        "chain, alone. Empty: never.",
+    )
 
 
 class PeerConfig(_Section):

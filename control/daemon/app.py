@@ -54,6 +54,7 @@ from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.plumbing_error import PlumbingErrors
 from meshwire.control.daemon.sandbox_store import SandboxStore
 from meshwire.control.daemon.slot_keeper import SlotKeeper
+from meshwire.control.daemon.uninstall_watch import UninstallWatch
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.links.aside import Reaper
@@ -125,6 +126,20 @@ class Daemon:
             on_duration=self.metrics.observe_reconcile,
         )
         self._waits = StartWaits()
+        cni = config.cni
+        # Deployed by deploy/: once meshwire's namespace goes, hold every link and
+        # take the shim out of the chain (uninstall_watch.py).
+        self.uninstall = (
+            UninstallWatch(
+                cni.deployment_namespace,
+                cni.conf_dir,
+                self.reconciler.hold,
+                request_timeout=config.api.request_timeout,
+                watch_timeout=config.api.watch_timeout,
+            )
+            if cni.deployment_namespace and cni.conf_dir
+            else None
+        )
         # Why the informer's last list or watch failed ("" when none did).
         self._sync_error: Callable[[], str] = lambda: ""
         # Why the last status write was refused (401/403), "" once one lands.
@@ -148,6 +163,10 @@ class Daemon:
         if not self.slots.synced.is_set():
             error = self.slots.last_error
             return f"id slots not read: {error}" if error else "id slots not read"
+        if self.uninstall is not None and not self.uninstall.checked.is_set():
+            error = self.uninstall.last_error
+            namespace = f"namespace {self.uninstall.namespace} not read"
+            return f"{namespace}: {error}" if error else namespace
         if not self.reconciler.initial_done.is_set():
             return "initial reconciliation not complete"
         if self.wire is not None and not self.wire.started:
@@ -253,11 +272,13 @@ class Daemon:
             asyncio.create_task(parts.informer.run(), name="informer"),
             asyncio.create_task(self.slots.run(api), name="slots"),
             asyncio.create_task(self._derive_loop(parts.placements), name="derive"),
-            asyncio.create_task(self.reconciler.run(), name="reconciler"),
+            asyncio.create_task(self._reconcile(), name="reconciler"),
             asyncio.create_task(self._full_pass_loop(), name="full-pass"),
             asyncio.create_task(self.plumbing.run(), name="plumbing-error"),
             asyncio.create_task(parts.placements.run(), name="placements"),
         ]
+        if self.uninstall is not None:
+            tasks.append(asyncio.create_task(self.uninstall.run(api), name="uninstall-watch"))
         log.info(
             "meshwire daemon on node %s (%s) started; CNI socket %s, metrics %s",
             self.config.node_name,
@@ -290,6 +311,12 @@ class Daemon:
             self.plumbing.close()
             parts.placements.close()
             await parts.health.stop()
+
+    async def _reconcile(self) -> None:
+        """The reconciler, once the uninstall watch (if any) has found meshwire's namespace."""
+        if self.uninstall is not None:
+            await self.uninstall.checked.wait()
+        await self.reconciler.run()
 
     async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
         """`/links`: the rows are taken here, on the loop; counters read on a thread."""

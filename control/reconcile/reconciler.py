@@ -90,6 +90,8 @@ class LinkReconciler:
         # its row is deleted (O(1) each, whatever the table's size).
         self._initial: set[str] | None = None
         self._closed = False
+        # Set by hold(): keys are still taken from the queue, and left as they are.
+        self._held = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="netlink")
         self._tracker = links.track()
 
@@ -157,7 +159,7 @@ class LinkReconciler:
                 self.queue.done(key)
 
     async def _reconcile(self, key: str) -> None:
-        if self._closed:
+        if self._closed or self._held:
             return
         row = self.links.get(key)
         started = time.monotonic()
@@ -215,7 +217,7 @@ class LinkReconciler:
             self.queue.add_rate_limited(key)
 
     async def _call(self, method: Callable[..., None], *rows: LinkRow) -> None:
-        if self._closed:
+        if self._closed or self._held:
             return
         await asyncio.get_running_loop().run_in_executor(self._pool, method, *rows)
 
@@ -288,6 +290,15 @@ class LinkReconciler:
         return bool(keys)
 
     # -- shutdown -------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Make no change from now on (meshwire is being removed from the node): every
+        link stays as it is, whatever the tables say; `run` goes on, so nothing ends."""
+        self._held = True
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     def close(self) -> None:
         """Stop intake and driver calls; in-flight calls finish, links stay up."""
