@@ -25,8 +25,8 @@ It runs the real commands as a user would (`meshwire lab up`, `check`,
 - the floor the daemons' status write cap puts under the CNI phase: each
   ADD answers only once its pod's placement is written to its Topology
   status, and a node writes at most `reconcile.status_rate` statuses a second
-  (20 by default) after a burst of 40, so the busiest node's N pods need at
-  least (N - 40) / rate seconds: 250 pods a node, 10.5 s. `status_cap` gives
+  (50 by default) after a burst of 100, so the busiest node's N pods need at
+  least (N - 100) / rate seconds: 250 pods a node, 3 s. `status_cap` gives
   that floor and says when the CNI phase is bound by it.
 
 Everything is named `mwlscale-` and `lab down` runs at the end even when a

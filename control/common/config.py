@@ -212,7 +212,7 @@ class ReconcileConfig(_Section):
         default=60.0, gt=0, description="Retry delays double up to this cap (s)."
     )
     status_rate: float = Field(
-        default=20.0,
+        default=50.0,
         gt=0,
         description="Topology status writes per second at most (coalesced per pod).",
     )
