@@ -47,21 +47,25 @@ def kube(kube_assets: Path) -> Iterator[ControlPlane]:
 # two labs ever run at once and none competes with another for the kernel's
 # global neighbour table (a lab on the real kube-apiserver included); the real
 # kube-apiserver's other tests share another group, so one control plane serves
-# them. Every other test runs on whichever worker is free.
+# them. The real node (test_realnode_*: a module-scoped node, minutes to start) is a
+# group of its own, so its tests run in order on one worker and start it once.
+# Every other test runs on whichever worker is free.
 _LAB_FILES = (
     "test_lab_",
     "test_scenario_",
     "test_graph_live",
     "test_wire_races",
     "test_kube_lab",
-    "test_realnode_",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         name = item.path.name
-        if name.startswith(_LAB_FILES):
+        if name.startswith("test_realnode_"):
+            # One real node for the module, its tests in order on one worker.
+            item.add_marker(pytest.mark.xdist_group("realnode"))
+        elif name.startswith(_LAB_FILES):
             item.add_marker(pytest.mark.xdist_group("lab"))
         elif name.startswith("test_kube_"):
             item.add_marker(pytest.mark.xdist_group("kube"))

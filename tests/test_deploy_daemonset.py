@@ -27,7 +27,11 @@ from meshwire.control.common.config import Config, ConfigError, load_config
 from meshwire.control.daemon.command import config_from_args, parse_args
 
 # What the kubelet puts in the downward-API variables on some node.
-NODE_FIELDS = {"spec.nodeName": "worker-7", "status.hostIP": "10.240.0.7"}
+NODE_FIELDS = {
+    "spec.nodeName": "worker-7",
+    "status.hostIP": "10.240.0.7",
+    "metadata.namespace": "meshwire",
+}
 
 
 def node_env(spec: dict[str, Any]) -> dict[str, str]:
@@ -162,7 +166,11 @@ def test_sandbox_records_outlive_the_daemons_pod_but_not_the_nodes_reboot(
 
 def test_the_daemon_gets_the_node_name_and_address_from_the_downward_api() -> None:
     env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container("meshwire")["env"]}
-    assert env == {"MESHWIRE_NODE_NAME": "spec.nodeName", "MESHWIRE_NODE_IP": "status.hostIP"}
+    assert env == {
+        "MESHWIRE_NODE_NAME": "spec.nodeName",
+        "MESHWIRE_NODE_IP": "status.hostIP",
+        "MESHWIRE_CNI__DEPLOYMENT_NAMESPACE": "metadata.namespace",
+    }
 
 
 def test_probes_ask_the_metrics_port_for_healthz_and_readyz(tmp_path: Path) -> None:

@@ -127,13 +127,17 @@ class Announcer:
         self._queue: queue.SimpleQueue[End] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # Ends queued and not yet sent (or skipped); flush() waits for none.
+        self._pending = 0
+        self._sent = threading.Condition(self._lock)
 
     def later(self, end: End) -> None:
         """Queue `end`'s announcement (none for an end without an address)."""
         if not end.ip:
             return
-        self._queue.put(end)
         with self._lock:
+            self._pending += 1
+            self._queue.put(end)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="meshwire-announce", daemon=True
@@ -151,6 +155,14 @@ class Announcer:
                 by_netns.setdefault(end.netns, []).append(end)
             for ends in by_netns.values():
                 announce_at(*ends)
+            with self._sent:
+                self._pending -= len(batch)
+                self._sent.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every end queued so far was announced; False if `timeout` s passed."""
+        with self._sent:
+            return self._sent.wait_for(lambda: self._pending == 0, timeout)
 
 
 def _checksum(data: bytes) -> int:

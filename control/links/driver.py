@@ -155,15 +155,19 @@ class Drivers:
 
 
 def kernel_drivers(
-    host_netns: str = "", vxlan_port: int = VXLAN_PORT, reaper: Reaper | None = None
+    host_netns: str = "",
+    vxlan_port: int = VXLAN_PORT,
+    reaper: Reaper | None = None,
+    announcer: Announcer | None = None,
 ) -> dict[LinkKind, KindDriver]:
     """The netlink drivers for veth, vxlan and macvlan.
 
     `host_netns`: where vxlan UDP sockets live and macvlan host interfaces are;
     "" means the calling thread's own (the daemon runs in its node's netns).
     `reaper`: what deletes the veth ends set aside (default: one of their own).
+    `announcer`: where new ends' announcements are queued (default: one of their own).
     """
-    announcer = Announcer()
+    announcer = announcer if announcer is not None else Announcer()
     return {
         LinkKind.VETH: VethDriver(announcer, reaper),
         LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port, announcer),
