@@ -19,8 +19,8 @@ down: setup
 test: setup
 	# A real kube-apiserver + etcd for tests/kube_cluster.py: built once, cached (or KUBEBUILDER_ASSETS).
 	bash scripts/kube-assets.sh >/dev/null
-	# Two workers: labs run one at a time in one of them (tests/conftest.py groups them).
-	.venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=25 -m "not scale"
+	# Two workers, a file's tests in order on one of them (tests/conftest.py).
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "not scale"
 	# The 1,500-link labs alone: their check fills the machine's one ARP table.
 	.venv/bin/python -m pytest -q --durations=5 -m scale
 

@@ -2,9 +2,9 @@
 
 `server`: meshwire's embedded API on a private loopback address, per test.
 `kube`: ONE real control plane (etcd + kube-apiserver, `kube_cluster.py`) for the
-whole session, started at the first test that asks for it: starting one takes
-seconds and half a gigabyte, so tests share it and keep to namespaces of their
-own. Tests that kill, pause or compact a server start a private `ControlPlane`.
+session of each pytest-xdist worker, started at the first test that asks for it:
+starting one takes seconds and half a gigabyte, so tests share it and keep to
+namespaces of their own. Tests that kill, pause or compact a server start a private `ControlPlane`.
 `kube_assets`: the folder with the binaries (built once by scripts/kube-assets.sh).
 """
 
@@ -42,30 +42,10 @@ def kube(kube_assets: Path) -> Iterator[ControlPlane]:
         plane.stop()
 
 
-# `make test` runs two pytest-xdist workers with --dist loadgroup. Tests that build
-# labs (network namespaces, daemons, thousands of links) share one group, so no
-# two labs ever run at once and none competes with another for the kernel's
-# global neighbour table (a lab on the real kube-apiserver included); the real
-# kube-apiserver's other tests share another group, so one control plane serves
-# them. The real node (test_realnode_*: a module-scoped node, minutes to start) is a
-# group of its own, so its tests run in order on one worker and start it once.
-# Every other test runs on whichever worker is free.
-_LAB_FILES = (
-    "test_lab_",
-    "test_scenario_",
-    "test_graph_live",
-    "test_wire_races",
-    "test_kube_lab",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        name = item.path.name
-        if name.startswith("test_realnode_"):
-            # One real node for the module, its tests in order on one worker.
-            item.add_marker(pytest.mark.xdist_group("realnode"))
-        elif name.startswith(_LAB_FILES):
-            item.add_marker(pytest.mark.xdist_group("lab"))
-        elif name.startswith("test_kube_"):
-            item.add_marker(pytest.mark.xdist_group("kube"))
+# `make test` runs two pytest-xdist workers with --dist loadfile: each file's tests run
+# in order on one worker, so a module-scoped fixture (the real node of
+# test_realnode_*, a lab) is set up once. (pytest-xdist 3.8's loadgroup does not
+# group under pytest 9: the worker's nodeid suffix is lost, so groups cannot be
+# relied on.) Tests of two files may run at once: every netns, link, process and
+# port a test makes carries a unique prefix. The 1,500-link labs (marker `scale`),
+# whose checks fill the kernel's one neighbour table, run alone after the rest.
