@@ -12,13 +12,16 @@ import asyncio
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
 
@@ -207,3 +210,13 @@ class CannedDaemon:
 def temp_dir() -> Path:
     """A fresh directory under /tmp with the tests' unique prefix; remove it when done."""
     return Path(tempfile.mkdtemp(prefix=f"mwt{os.urandom(4).hex()}-"))
+
+
+@pytest.fixture
+def node() -> Iterator[Path]:
+    """A node's CNI folders in a temp dir: bin/ (its /opt/cni/bin), net.d/ (its /etc/cni/net.d)."""
+    root = temp_dir()
+    (root / "bin").mkdir()
+    (root / "net.d").mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

@@ -4,16 +4,21 @@
 from __future__ import annotations
 
 import json
-import shutil
 import stat
 import struct
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cni_helpers import PREV_RESULT, InMemoryHandler, build_c_shim, cni_env, run_shim, temp_dir
+from cni_helpers import (
+    PREV_RESULT,
+    InMemoryHandler,
+    build_c_shim,
+    cni_env,
+    node,
+    run_shim,
+)
 
 from meshwire.control.cli import main as meshwire
 from meshwire.control.cni.endpoint import CniEndpoint
@@ -30,14 +35,7 @@ PT_INTERP = 3
 OURS = {"type": "meshnet", "name": "meshwire", "meshwire_socket": "/run/meshwire/cni.sock"}
 BRIDGE = {"cniVersion": "0.4.0", "name": "mynet", "type": "bridge", "bridge": "cni0"}
 
-
-@pytest.fixture
-def node() -> Iterator[Path]:
-    root = temp_dir()
-    (root / "bin").mkdir()
-    (root / "net.d").mkdir()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+__all__ = ["node"]  # the fixture, imported from cni_helpers
 
 
 def install(node: Path, *extra: str) -> int:

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cni_helpers import build_c_shim, temp_dir
+from cni_helpers import build_c_shim, node
 
 from meshwire.control.cli import main as meshwire
 
@@ -23,14 +21,7 @@ SINGLE = {"cniVersion": "0.4.0", "name": "mynet", "type": "bridge", "bridge": "c
 # meshnet-cni's own entry: no meshwire_socket, so not meshwire's.
 MESHNET_CNI = {"type": "meshnet", "name": "meshnet", "ipam": {}}
 
-
-@pytest.fixture
-def node() -> Iterator[Path]:
-    root = temp_dir()
-    (root / "bin").mkdir()
-    (root / "net.d").mkdir()
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+__all__ = ["node"]  # the fixture, imported from cni_helpers
 
 
 def cni(node: Path, command: str, *extra: str) -> int:

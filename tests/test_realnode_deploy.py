@@ -314,26 +314,27 @@ def test_a_rollout_to_a_new_tag_loses_no_ping(lab: Lab) -> None:
     assert_no_loss_while(lab, rollout)
 
 
-def test_containerd_restarted_keeps_links_and_wires_new_pods(lab: Lab) -> None:
+def restarted_keeps_links_and_wires_new_pods(
+    lab: Lab, restart: Callable[[], None], pod: str
+) -> None:
+    """`restart` keeps every link (same interfaces, pinging), and `pod` made again
+    afterwards gets its links back."""
     before = lab.ifindexes()
-    lab.node.restart_containerd()
+    restart()
     lab.wait_all_ping()
     assert lab.ifindexes() == before
-    lab.delete_pod("r3")
-    lab.create_pod("r3")
-    lab.wait_running("r3")
+    lab.delete_pod(pod)
+    lab.create_pod(pod)
+    lab.wait_running(pod)
     lab.wait_all_ping()
+
+
+def test_containerd_restarted_keeps_links_and_wires_new_pods(lab: Lab) -> None:
+    restarted_keeps_links_and_wires_new_pods(lab, lab.node.restart_containerd, "r3")
 
 
 def test_kubelet_restarted_keeps_links_and_wires_new_pods(lab: Lab) -> None:
-    before = lab.ifindexes()
-    lab.node.restart_kubelet()
-    lab.wait_all_ping()
-    assert lab.ifindexes() == before
-    lab.delete_pod("r1")
-    lab.create_pod("r1")
-    lab.wait_running("r1")
-    lab.wait_all_ping()
+    restarted_keeps_links_and_wires_new_pods(lab, lab.node.restart_kubelet, "r1")
 
 
 def test_deleting_deploy_leaves_the_links_and_takes_the_shim_out(lab: Lab) -> None:
