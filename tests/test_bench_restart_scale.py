@@ -70,3 +70,12 @@ def test_each_remote_restart_writes_a_sandbox_of_its_own(bench: ModuleType) -> N
     assert len({s["container_id"] for s in written}) == len(written)
     assert len({s["net_ns"] for s in written}) == len(written)
     assert all(len(s["container_id"]) == 64 for s in written)
+
+
+def test_gets_pass_only_when_bounded_by_cni_calls_that_remote_events_outnumber(
+    bench: ModuleType,
+) -> None:
+    assert bench.no_get_per_remote_event(gets=40, cni_calls=83, remote_events=300)
+    assert not bench.no_get_per_remote_event(gets=300, cni_calls=83, remote_events=300)
+    # Too few remote events to tell a GET per event from a GET per CNI call.
+    assert not bench.no_get_per_remote_event(gets=40, cni_calls=83, remote_events=50)
