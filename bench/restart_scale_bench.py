@@ -3,7 +3,7 @@ while the API holds a big lab of remote pods, and what the daemon asked of the A
 
     .venv/bin/python bench/restart_scale_bench.py [--file FILE] [--restarts 40]
         [--topologies 10000] [--links 20000] [--remote-nodes 100]
-        [--remote-rate 50] [--seed 1] [--config FILE]
+        [--remote-events 400] [--remote-rate 200] [--seed 1] [--config FILE]
 
 As a new user would meet it: one simulated node (`meshwire lab`, as
 reconcile_bench.py runs it: the embedded API, a real daemon in the node's
@@ -23,10 +23,11 @@ meshnet's 3node.yml, every pod on the node) shares the API with
 3. `--restarts` restarts, round robin over the local pods, each as
    reconcile_bench.py's (CNI DEL, a new netns, CNI ADD with a new container
    id): ADD exec until both ends of each of the pod's links are up, and its
-   parts, as p50/p99/max. Meanwhile a thread in the hub writes
-   `--remote-rate` status updates a second to remote pods (a new
-   `container_id` and `net_ns`, as their restarts on their own nodes would);
-   after the last restart the bench waits until the daemon's informer has
+   parts, as p50/p99/max. From the first restart on, a thread in the hub
+   writes `--remote-events` status updates to remote pods, `--remote-rate` a
+   second (a new `container_id` and `net_ns`, as their restarts on their
+   own nodes would); those not written by the last restart are written
+   after it. Then the bench waits until the daemon's informer has
    counted at least that many more MODIFIED events (its /metrics) and its
    count held still for half a second.
 4. `requests_after_sync`: the API's requests from the node's address (the
@@ -37,7 +38,7 @@ meshnet's 3node.yml, every pod on the node) shares the API with
    `acceptance` checks issue 25's item: p99 <= 20 ms, no LIST, and no GET
    per remote event: at most one GET per local CNI call (the initial ADDs,
    a DEL and an ADD per restart) while remote events outnumbered those calls
-   (with fewer, raise `--remote-rate`: the check could not tell).
+   (with fewer, raise `--remote-events`: the check could not tell).
 """
 
 from __future__ import annotations
@@ -134,22 +135,27 @@ def daemon_informer(state: LabState, names: LabNames) -> dict[str, int]:
 
 
 class RemoteEvents:
-    """Status writes to remote pods, `rate` a second, from a thread inside the hub."""
+    """`count` status writes to remote pods, `rate` a second, from a thread inside the
+    hub; leaving the block waits for all of them, unless it is left by an exception."""
 
-    def __init__(self, state: LabState, names: LabNames, topologies: int, rate: float) -> None:
-        self.state, self.names, self.topologies, self.rate = state, names, topologies, rate
+    def __init__(
+        self, state: LabState, names: LabNames, topologies: int, count: int, rate: float
+    ) -> None:
+        self.state, self.names, self.topologies = state, names, topologies
+        self.count, self.rate = count, rate
         self.stopping = threading.Event()
         self.fired = 0
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="remote events")
 
     def __enter__(self) -> RemoteEvents:
-        if self.rate > 0:
+        if self.count > 0:
             self.thread.start()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stopping.set()
+    def __exit__(self, kind: object, *exc_info: object) -> None:
+        if kind is not None:
+            self.stopping.set()
         if self.thread.is_alive():
             self.thread.join()
         if self.error is not None:
@@ -167,7 +173,7 @@ class RemoteEvents:
         )
         period = 1 / self.rate
         next_at = time.monotonic()
-        while not self.stopping.is_set():
+        while self.fired < self.count and not self.stopping.is_set():
             index = self.fired % self.topologies
             body = {"status": remote_restart_status(index, self.fired)}
             api.patch_namespaced_custom_object_status(
@@ -228,12 +234,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with reconcile_bench.EndWatch(ends[pod.key]) as watch:
                 reconcile_bench.wait(watch.all_up, f"{pod.key}'s links up", 0.01)
         daemon_log = reconcile_bench.DaemonLog(lab.log(f"daemon/{NODE}"))
-        with RemoteEvents(state, names, args.topologies, args.remote_rate) as remote:
+        remote = RemoteEvents(state, names, args.topologies, args.remote_events, args.remote_rate)
+        with remote:
             order = [local[i % len(local)] for i in range(args.restarts)]
             done = [
                 reconcile_bench.restart(lab, state, pod, shim, ends[pod.key], daemon_log)
                 for pod in order
             ]
+            during = remote.fired
         modified = informed.get("event_modified", 0) + remote.fired
 
         wait_for(
@@ -261,6 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "restarts": args.restarts,
             **figures,
             "remote_events": remote.fired,
+            "remote_events_during_restarts": during,
             "requests_after_sync": requests,
             "informer_after_sync": informer,
             "acceptance": {
@@ -283,14 +292,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--topologies", type=int, default=10000, help="remote pods")
     parser.add_argument("--links", type=int, default=20000, help="links among remote pods")
     parser.add_argument("--remote-nodes", type=int, default=100)
-    parser.add_argument(
-        "--remote-rate", type=float, default=50.0, help="remote status writes a second; 0: none"
-    )
+    parser.add_argument("--remote-events", type=int, default=400, help="remote status writes")
+    parser.add_argument("--remote-rate", type=float, default=200.0, help="... a second")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--config", type=Path, help="the daemon's config file (lab up --config)")
     args = parser.parse_args(argv)
-    if args.restarts < 1 or args.topologies < 2:
-        parser.error("--restarts: at least 1; --topologies: at least 2")
+    if args.restarts < 1 or args.topologies < 2 or args.remote_rate <= 0:
+        parser.error("--restarts: at least 1; --topologies: at least 2; --remote-rate: > 0")
     print(json.dumps(run(args)), flush=True)
     return 0
 
