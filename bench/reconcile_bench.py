@@ -52,6 +52,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ from meshwire.control.lab.names import LabNames, netns_path
 from meshwire.control.lab.probe import http_get
 from meshwire.control.lab.progress import LineProgress
 from meshwire.control.lab.runtime import MeshwireRuntime
-from meshwire.control.lab.state import LabDir, LabState
+from meshwire.control.lab.state import LabDir, LabState, PodRecord
 from meshwire.control.lab.up import UpOptions, start_daemon, up
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import NetnsGone, NotANetns, open_netns, socket_in
@@ -91,14 +92,20 @@ PART = re.compile(r"(\w+_ms)=([0-9.]+)")
 
 @contextmanager
 def lab_of(
-    file: Path, with_daemons: bool, config: Path | None = None
+    file: Path,
+    with_daemons: bool,
+    config: Path | None = None,
+    runtime: MeshwireRuntime | None = None,
 ) -> Iterator[tuple[LabDir, LabNames, LabState]]:
+    """A one-node lab of `file`, removed on the way out; `runtime` (default meshwire's
+    own) must have `with_daemons` as given."""
     name = "b" + secrets.token_hex(3)[:5]
     names = LabNames(name)
     lab = LabDir.locate(name, None)
     options = UpOptions(file, nodes=1, name=name, wait=TIMEOUT, config=config)
     try:
-        state = up(options, MeshwireRuntime(with_daemons=with_daemons), LineProgress(io.StringIO()))
+        chosen = runtime or MeshwireRuntime(with_daemons=with_daemons)
+        state = up(options, chosen, LineProgress(io.StringIO()))
         yield lab, names, state
     finally:
         down(lab, names)
@@ -206,38 +213,11 @@ def restarts(file: Path, pod_name: str, count: int, config: Path | None) -> dict
     with lab_of(file, with_daemons=True, config=config) as (lab, names, state):
         shim = MeshwireRuntime().cni_argv()
         record = state.pod(pod_name)
-        placement = {key: pod.node for key, pod in state.pods.items()}
-        ends: dict[str, set[str]] = {}
-        for link in lab_links(topologies_of(state.topologies), placement, "vxlan"):
-            if record.key in (link.a.pod, link.b.pod):
-                for end in (link.a, link.b):
-                    namespace, _, pod = end.pod.partition("/")
-                    ends.setdefault(names.pod_netns(namespace, pod), set()).add(end.intf)
+        ends = pod_ends(state, names, record)
         daemon_log = DaemonLog(lab.log(f"daemon/{NODE}"))
-        samples, adds = [], []
-        parts: dict[str, list[float]] = {}
         revision = topology_revision(state, names)
         loop_started = time.monotonic()
-        for _ in range(count):
-            pods.detach(lab, state, record, shim)
-            pods.recreate_netns(lab, state, record)
-            daemon_log.skip()
-            exec_at: list[float] = []
-            with EndWatch(ends) as watch:
-                pods.attach(lab, state, record, shim, on_exec=partial(stamp, exec_at))
-                started = exec_at[0]
-                returned = time.monotonic()
-                wait(watch.all_up, "links up", RESTART_POLL)
-                seen = time.monotonic()
-            samples.append(seen - started)
-            adds.append(returned - started)
-            timings = daemon_log.add_timings(record.key)
-            if timings is None:
-                continue
-            timings["shim_ms"] = (returned - started) * 1000 - timings["daemon_ms"]
-            timings["seen_ms"] = (seen - returned) * 1000
-            for part, ms in timings.items():
-                parts.setdefault(part, []).append(ms / 1000)
+        done = [restart(lab, state, record, shim, ends, daemon_log) for _ in range(count)]
         writes = topology_revision(state, names) - revision
         loop_s = time.monotonic() - loop_started
         return {
@@ -245,15 +225,74 @@ def restarts(file: Path, pod_name: str, count: int, config: Path | None) -> dict
             "pod": record.key,
             "links": sum(len(e) for e in ends.values()) // 2,
             "restarts": count,
-            "links_up_ms": percentiles(samples),
-            "add_returned_ms": percentiles(adds),
-            "parts_ms": {
-                part.removesuffix("_ms"): percentiles(values)
-                for part, values in sorted(parts.items())
-            },
-            "parts_logged": len(parts.get("daemon_ms", [])),
+            **summary(done),
             "status_writes": status_cap(writes, loop_s, count, config),
         }
+
+
+def pod_ends(state: LabState, names: LabNames, record: PodRecord) -> dict[str, set[str]]:
+    """pod netns -> interface names, for both ends of every link of `record`'s pod."""
+    placement = {key: pod.node for key, pod in state.pods.items()}
+    ends: dict[str, set[str]] = {}
+    for link in lab_links(topologies_of(state.topologies), placement, "vxlan"):
+        if record.key in (link.a.pod, link.b.pod):
+            for end in (link.a, link.b):
+                namespace, _, pod = end.pod.partition("/")
+                ends.setdefault(names.pod_netns(namespace, pod), set()).add(end.intf)
+    return ends
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """One restart: ADD exec until every end is up, until the ADD returned, and the
+    parts in ms (daemon's, shim's, seen), None when the daemon logged no split."""
+
+    links_up_s: float
+    add_returned_s: float
+    parts_ms: dict[str, float] | None
+
+
+def restart(
+    lab: LabDir,
+    state: LabState,
+    record: PodRecord,
+    shim: list[str],
+    ends: dict[str, set[str]],
+    daemon_log: DaemonLog,
+) -> Restart:
+    """CNI DEL, a new netns, CNI ADD through `shim`, as `lab restart-pod` does; returns
+    once both ends of each of `ends` are up."""
+    pods.detach(lab, state, record, shim)
+    pods.recreate_netns(lab, state, record)
+    daemon_log.skip()
+    exec_at: list[float] = []
+    with EndWatch(ends) as watch:
+        pods.attach(lab, state, record, shim, on_exec=partial(stamp, exec_at))
+        started = exec_at[0]
+        returned = time.monotonic()
+        wait(watch.all_up, "links up", RESTART_POLL)
+        seen = time.monotonic()
+    timings = daemon_log.add_timings(record.key)
+    if timings is not None:
+        timings["shim_ms"] = (returned - started) * 1000 - timings["daemon_ms"]
+        timings["seen_ms"] = (seen - returned) * 1000
+    return Restart(seen - started, returned - started, timings)
+
+
+def summary(done: list[Restart]) -> dict[str, Any]:
+    """p50/p99/max of each figure of `done`, and how many had the daemon's split."""
+    parts: dict[str, list[float]] = {}
+    for one in done:
+        for part, ms in (one.parts_ms or {}).items():
+            parts.setdefault(part, []).append(ms / 1000)
+    return {
+        "links_up_ms": percentiles([one.links_up_s for one in done]),
+        "add_returned_ms": percentiles([one.add_returned_s for one in done]),
+        "parts_ms": {
+            part.removesuffix("_ms"): percentiles(values) for part, values in sorted(parts.items())
+        },
+        "parts_logged": len(parts.get("daemon_ms", [])),
+    }
 
 
 def topology_revision(state: LabState, names: LabNames) -> int:

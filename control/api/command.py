@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug-knobs",
         action="store_true",
-        help="serve POST /debug/knobs (drop/hang watches, compact, delay) for tests",
+        help="serve POST /debug/knobs (drop/hang watches, compact, delay) and "
+        "GET /debug/requests (requests by client, verb, resource) for tests",
     )
     parser.add_argument(
         "--bookmark-interval", type=float, default=1.0, help="seconds between watch bookmarks"

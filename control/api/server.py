@@ -16,6 +16,11 @@ silent like a half-open connection (no events, no bookmarks, no timeout) until
 `hang_watches(False)` drops them. The methods always work in-process; the HTTP
 endpoint `POST /debug/knobs` exists only with `knobs_enabled`.
 
+Every request but `/debug/` ones is counted by client address, verb and
+resource (`requests`, see `requests.py`); with `knobs_enabled`,
+`GET /debug/requests` answers the counts, so a benchmark can tell what a
+daemon asked of the API.
+
 History older than one `compaction_interval` is compacted away, as
 kube-apiserver compacts etcd every five minutes, so the file stays bounded.
 """
@@ -31,6 +36,7 @@ from aiohttp import web
 
 from meshwire.control.api import discovery, errors, idallocations, jsonio
 from meshwire.control.api.handlers import TopologyHandlers
+from meshwire.control.api.requests import RequestCounts
 from meshwire.control.api.store import Store
 from meshwire.control.api.watch import Broadcaster
 from meshwire.dataplane import hostport
@@ -60,6 +66,7 @@ class ApiServer:
         self.compaction_interval = compaction_interval
         self.delay = 0.0
         self.hung = False
+        self.requests = RequestCounts()
         self._store: Store | None = None
         self._broadcaster = Broadcaster()
         self._id_store: Store | None = None
@@ -89,7 +96,9 @@ class ApiServer:
             bookmark_interval=self.bookmark_interval,
             hung=lambda: self.hung,
         )
-        app = web.Application(middlewares=[self._delay_middleware, _status_middleware])
+        app = web.Application(
+            middlewares=[self._count_middleware, self._delay_middleware, _status_middleware]
+        )
         app.add_routes(discovery.routes())
         app.add_routes(handlers.routes())
         self._id_store = Store(
@@ -105,7 +114,11 @@ class ApiServer:
         )
         if self.knobs_enabled:
             app.add_routes(
-                [web.post("/debug/knobs", self._knobs), web.get("/debug/knobs", self._knobs)]
+                [
+                    web.post("/debug/knobs", self._knobs),
+                    web.get("/debug/knobs", self._knobs),
+                    web.get("/debug/requests", self._requests),
+                ]
             )
         app.on_shutdown.append(self._end_watches)
         self._runner = web.AppRunner(
@@ -168,10 +181,20 @@ class ApiServer:
             previous = [store.resource_version for store in stores]
 
     @web.middleware
+    async def _count_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith("/debug/"):
+            self.requests.count(request.remote or "", request.method, request.path, request.query)
+        return await handler(request)
+
+    @web.middleware
     async def _delay_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self.delay > 0 and not request.path.startswith("/debug/"):
             await asyncio.sleep(self.delay)
         return await handler(request)
+
+    async def _requests(self, _: web.Request) -> web.Response:
+        """The requests answered so far (`RequestCounts.rows`), under "requests"."""
+        return jsonio.response({"requests": self.requests.rows()})
 
     async def _knobs(self, request: web.Request) -> web.Response:
         """POST body keys, each optional: drop_watches, compact (true to act),
