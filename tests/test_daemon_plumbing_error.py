@@ -103,6 +103,29 @@ async def test_a_status_write_reaches_plumbing_error_within_a_few_loop_turns(bar
     assert not await turns(lambda: bool(api.writes))
 
 
+async def test_writes_that_neither_are_nor_replace_an_error_recompute_nothing(
+    bare: Bare, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 1,500-link pod coming up writes 1,500 statuses: none may recompute the pod.
+    links, publisher = bare.links, bare.publisher
+    published: list[str] = []
+    real = publisher._publish
+    monkeypatch.setattr(publisher, "_publish", lambda pod: (published.append(pod), real(pod)))
+    rows = [veth_row("/ns/r1", "/ns/r2", uid=uid) for uid in range(1, 51)]
+    for row in rows:
+        links.upsert(row.key, row)
+    for row in rows:
+        links.set_status(row.key, LinkStatus(State.DONE))
+        await asyncio.sleep(0)
+    assert not await turns(lambda: bool(published))
+
+    links.set_status(rows[7].key, LinkStatus().failed("eth8: gone", permanent=False))
+    assert await turns(lambda: sorted(set(published)) == ["lab/r1", "lab/r2"]), published
+    published.clear()
+    links.set_status(rows[7].key, LinkStatus(State.DONE))
+    assert await turns(lambda: sorted(set(published)) == ["lab/r1", "lab/r2"]), published
+
+
 async def test_a_closed_publisher_no_longer_hears_status_writes(bare: Bare) -> None:
     links, api = bare.links, bare.api
     row = veth_row("/ns/r1", "/ns/r2")

@@ -3,8 +3,10 @@
 A pod's plumbing_error is its `pod_errors` (derivation's problems, the errors in
 its link rows' statuses, its wires' failed handshakes) joined by "; ", the list
 CNI CHECK answers with. It is recomputed for the pods marked dirty: the pods a
-row touches whenever the reconciler writes that row's status (a status watcher
-on the links table), and the pods derivation hands to `mark`. Marks are taken
+row touches whenever the reconciler writes an error into that row's status or
+replaces one (a status watcher on the links table: a write that neither is nor
+replaces an error cannot change a message, and a 1,500-link pod would otherwise
+be recomputed for each of its rows), and the pods derivation hands to `mark`. Marks are taken
 on the event loop by the `run` task, all those made before it wakes in one
 pass: there is no timer. A message that differs from the pod's status as last
 read from the API is handed to the status writer, which coalesces and
@@ -23,7 +25,14 @@ from collections.abc import Callable, Iterable
 
 from meshwire.control.daemon.cni_handler import pod_errors
 from meshwire.control.reconcile.desired import DesiredLinks
-from meshwire.control.tables.links import POD_INDEX, LinkRow, LinksTable, LinkStatus, pods_of
+from meshwire.control.tables.links import (
+    POD_INDEX,
+    LinkRow,
+    LinksTable,
+    LinkStatus,
+    State,
+    pods_of,
+)
 from meshwire.control.tables.topologies import TopologyTable
 
 
@@ -48,6 +57,8 @@ class PlumbingErrors:
         # Pods (`ns/pod`) to recompute; `_marked` is set while there are any.
         self._dirty: set[str] = set()
         self._marked = asyncio.Event()
+        # Rows whose status, as last written, is an error.
+        self._erring: set[str] = set()
         self._unwatch = links.watch_status(self._status_written)
 
     def mark(self, pods: Iterable[str]) -> None:
@@ -57,7 +68,12 @@ class PlumbingErrors:
             self._marked.set()
 
     def _status_written(self, row: LinkRow, status: LinkStatus) -> None:
-        del status
+        if status.state is State.ERROR:
+            self._erring.add(row.key)
+        elif row.key in self._erring:
+            self._erring.discard(row.key)
+        else:
+            return
         self.mark(pods_of(row))
 
     async def run(self) -> None:
