@@ -1,15 +1,19 @@
-"""A vxlan node starts without the cluster credentials; a grpc node does not."""
+"""A vxlan node without the cluster credentials runs a local-only wire stack; a
+grpc node does not start."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 import yaml
+from wire_helpers import grpc_row
 
 from meshwire.control.auth.certs import CredentialError
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.app import _wire_stack
+from meshwire.control.links.errors import SpecError
 
 
 def config(tmp_path: Path, link_type: str) -> Path:
@@ -32,11 +36,29 @@ def config(tmp_path: Path, link_type: str) -> Path:
     return path
 
 
-def test_a_vxlan_node_without_credentials_runs_without_a_wire_stack(
+def test_a_vxlan_node_without_credentials_runs_a_local_only_wire_stack(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert _wire_stack(load_config(config(tmp_path, "vxlan"))) is None
-    assert "auth.wire_key" in caplog.text and "emulation" in caplog.text
+    stack = _wire_stack(load_config(config(tmp_path, "vxlan")))
+    assert stack.local and stack.credentials is None
+    assert "auth.wire_key" in stack.missing
+    assert "auth.wire_key" in caplog.text and "local only" in caplog.text
+    # The workers' streams need a key that only this stack holds: nobody's is accepted.
+    private = Path(stack.pool.settings.wire_key)
+    assert private.stat().st_mode & 0o077 == 0
+
+    async def refused() -> None:
+        stack.bind()
+        try:
+            # A cross-node row is refused before any kernel step, naming the key.
+            row = grpc_row(1, "r1", "r2", "127.0.0.2")
+            with pytest.raises(SpecError, match=r"another node \(127\.0\.0\.2\).*auth\.wire_key"):
+                await asyncio.to_thread(stack.driver.update, row)
+        finally:
+            await stack.close()
+
+    asyncio.run(refused())
+    assert not private.exists()
 
 
 def test_a_grpc_node_without_credentials_does_not_start(tmp_path: Path) -> None:

@@ -337,3 +337,51 @@ def test_a_same_node_emulated_link_is_carried_tap_to_tap_inside_one_worker(
     assert lab.run("link", "r3:eth1", "up") == 0
     until("the delay holds again", lambda: delayed(lab, "r1", "10.0.2.3", 20))
     assert (link_line(lab, "r1", "eth2")[0], link_line(lab, "r3", "eth1")[0]) == indexes
+
+
+def links_of(lab: Lab, node: int) -> list[dict[str, object]]:
+    answer = http_get(node_ip(node), 51100, "/links", netns=f"{lab.prefix}node{node}")
+    assert answer is not None and answer[0] == 200
+    return json.loads(answer[1])  # type: ignore[no-any-return]
+
+
+def test_vxlan_nodes_without_credentials_emulate_same_node_links_and_refuse_cross_node_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No `auth.*` file can be read: the wire stack runs local only. The same-node
+    link is carried TAP to TAP with its delay; the cross-node one fails naming the key."""
+    missing = tmp_path / "no-credentials"
+    config = tmp_path / "base.yaml"
+    config.write_text(
+        "auth:\n"
+        f"  ca_cert: {missing}/ca.crt\n"
+        f"  ca_key: {missing}/ca.key\n"
+        f"  wire_key: {missing}/wire.key\n"
+    )
+    placement = tmp_path / "placement.yaml"
+    placement.write_text("r1: node1\nr2: node2\nr3: node1\n")
+    with unique_lab(tmp_path, LAB) as lab:
+        up = ("up", str(lab.file), "--nodes", "2", "--placement", str(placement))
+        assert lab.run(*up, "--config", str(config)) == 0
+        assert lab.run("impair", "r1:eth2", "--delay", "20") == 0
+        until("the same-node delay holds", lambda: delayed(lab, "r1", "10.0.2.3", 20))
+        assert lab.run("impair", "r1:eth1", "--delay", "20") == 0
+
+        def refused() -> str:
+            for entry in links_of(lab, 1):
+                if entry["link"] == "default/1" and entry["state"] == "error":
+                    return str(entry["error"])
+            return ""
+
+        until("the cross-node link fails", refused)
+        error = refused()
+        assert f"auth.wire_key: {missing}/wire.key" in error, error
+        assert "to another node" in error, error
+        until(
+            "r1's plumbing_error names the key",
+            lambda: "auth.wire_key" in pod_status(lab, capsys, "r1")["plumbing_error"],
+        )
+        # The same-node link still carries its delay; the daemon kept running.
+        assert delayed(lab, "r1", "10.0.2.3", 20)
+        text = metrics(lab, 1)
+        assert metric(text, "meshwire_wire_tap_pairs") == 1, text

@@ -38,7 +38,6 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient
 
-from meshwire.control.auth.certs import CredentialError
 from meshwire.control.cni.endpoint import CniEndpoint
 from meshwire.control.common.config import Config
 from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_patiently
@@ -113,8 +112,7 @@ class Daemon:
         self.wire = _wire_stack(config)
         self.reaper = Reaper()
         drivers = kernel_drivers(vxlan_port=config.vxlan.port, reaper=self.reaper)
-        if self.wire is not None:
-            drivers[LinkKind.GRPC] = self.wire.driver
+        drivers[LinkKind.GRPC] = self.wire.driver
         self.driver = Drivers(drivers)
         backoff = ExponentialBackoff(config.reconcile.backoff_min, config.reconcile.backoff_max)
         self.queue = WorkQueue(debounce=config.reconcile.debounce, limiter=backoff)
@@ -169,7 +167,7 @@ class Daemon:
             return f"{namespace}: {error}" if error else namespace
         if not self.reconciler.initial_done.is_set():
             return "initial reconciliation not complete"
-        if self.wire is not None and not self.wire.started:
+        if not self.wire.started:
             return "dataplane workers not started"
         return ""
 
@@ -263,8 +261,7 @@ class Daemon:
             reserved_ports.reserve(reserved_ports.listen_ports(self.config))
         # The ports are opened (and waited for, should one be taken) beside the rest:
         # the CNI endpoint and every link but grpc ones work meanwhile.
-        if self.wire is not None:
-            self.wire.bind()
+        self.wire.bind()
         listening = asyncio.create_task(self._listen(parts.health), name="listen")
         await parts.endpoint.start()
         self.status.start()
@@ -300,8 +297,7 @@ class Daemon:
             for task in [stopped, *tasks]:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if self.wire is not None:
-                await self.wire.close()
+            await self.wire.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.status.flush(), FLUSH_GRACE)
             # Interfaces set aside go now rather than at the next run's first prune.
@@ -328,9 +324,8 @@ class Daemon:
         """Open the metrics port, then the wire's (workers, Peer service), each waited for."""
         metrics = f"metrics.listen {self.config.metrics.listen}"
         await start_patiently(metrics, health.start, waits=self._waits)
-        if self.wire is not None:
-            self.metrics.registry.register(WireCollector(self.wire))
-            await self.wire.start(self._waits)
+        self.metrics.registry.register(WireCollector(self.wire))
+        await self.wire.start(self._waits)
 
     async def _derive_loop(self, placements: PlacementKeeper) -> None:
         await self.topologies.wait_initialized()
@@ -356,8 +351,7 @@ class Daemon:
             await asyncio.sleep(self.config.reconcile.full_interval)
             self.desired.rederive_all()
             self.reconciler.verify_all()
-            if self.wire is not None:
-                self.wire.manager.verify_all()
+            self.wire.manager.verify_all()
             self.metrics.full_passes.inc()
 
     async def _prune(self) -> None:
@@ -371,28 +365,28 @@ class Daemon:
             self.metrics.pruned.inc(removed)
 
     def _wire_problems(self, keys: set[str]) -> list[str]:
-        return self.wire.manager.problems(keys) if self.wire is not None else []
+        return self.wire.manager.problems(keys)
 
     def _slots_changed(self, namespaces: set[str]) -> None:
         self.plumbing.mark(self.desired.rederive_namespaces(namespaces))
 
 
-def _wire_stack(config: Config) -> WireStack | None:
-    """The wire stack; on a vxlan node whose cluster credentials cannot be read, none:
-    a vxlan node needs them only for links under emulation, which then fail naming
-    this (a grpc node without them does not start, naming the config key)."""
-    try:
+def _wire_stack(config: Config) -> WireStack:
+    """The wire stack. On a vxlan node whose cluster credentials cannot be read, a
+    local-only one: same-node links under emulation work, cross-node ones fail naming
+    the config key (a grpc node without them does not start, naming the config key)."""
+    if config.inter_node_link_type == "grpc":
         return WireStack(config)
-    except CredentialError as exc:
-        if config.inter_node_link_type == "grpc":
-            raise
+    stack = WireStack(config, local_only=True)
+    if stack.local:
         log.warning(
-            "no wire stack on this vxlan node: %s; links under emulation (impairments or "
-            "a cable state) cannot be built here until `meshwire certs init`'s Secret is "
-            "mounted",
-            exc,
+            "the wire stack runs local only on this vxlan node: %s; links under emulation "
+            "(impairments or a cable state) between pods of this node work, those to other "
+            "nodes fail until `meshwire certs init`'s Secret is mounted and the daemon "
+            "restarted",
+            stack.missing,
         )
-        return None
+    return stack
 
 
 async def _until_stopped(

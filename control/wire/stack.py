@@ -11,7 +11,16 @@ With `auth.enabled` (the default) both services authenticate both ends: the
 Peer service and its client run on mutual TLS with this node's certificate
 (control/auth/), the workers' streams open with the HMAC preface on
 `auth.wire_key` (dataplane/preface.py). Credentials that cannot be read fail
-the construction with a CredentialError naming the config key.
+the construction with a CredentialError naming the config key, unless the
+stack is built `local_only` (a vxlan node without them, see `WireStack.local`).
+
+Local only, the stack carries same-node links under emulation (TAP to TAP in
+one worker: no stream, no peer RPC) and nothing else: no Peer service, no
+handshakes; a cross-node grpc row fails its update with a SpecError naming the
+credential that is missing (retried when the row changes), before any TAP is
+made. Its workers still listen on their data ports, but open every
+connection with the preface on a random key that only this stack holds (a
+private file removed at `close`), so no stream of anyone is accepted.
 
 Start order: the workers, then the Peer service (peers' handshakes are
 answered `pending` until this node's ends exist), then the handshake loop.
@@ -24,13 +33,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
+import tempfile
 from typing import Any
 
+from meshwire.control.auth.certs import CredentialError
 from meshwire.control.auth.tls import NodeCredentials, check_wire_key
 from meshwire.control.common.config import Config
 from meshwire.control.common.listening import StartWaits, start_patiently
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
+from meshwire.control.links.errors import SpecError
+from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.grpc_driver import GrpcDriver
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import Desired, WireManager
@@ -38,6 +52,7 @@ from meshwire.control.wire.peer_client import GrpcPeerClient
 from meshwire.control.wire.peer_service import start_peer_server
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
 from meshwire.control.wire.thread_ends import ThreadEnds
+from meshwire.control.wire.types import WireEnds
 from meshwire.dataplane import hostport, preface
 from meshwire.dataplane.handle import WorkerError
 
@@ -50,12 +65,25 @@ def worker_count(config: Config) -> int:
 
 
 class WireStack:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, local_only: bool = False) -> None:
+        """`local_only`: credentials that cannot be read make a local-only stack
+        (`missing` says why) instead of raising CredentialError."""
         self.config = config
         self.credentials: NodeCredentials | None = None
+        # Why this stack carries same-node links only (the CredentialError's text), or "".
+        self.missing = ""
+        self._private_key = ""
+        wire_key = ""
         if config.auth.enabled:
-            check_wire_key(config.auth)
-            self.credentials = NodeCredentials(config.auth, config.node_name, config.node_ip)
+            try:
+                check_wire_key(config.auth)
+                self.credentials = NodeCredentials(config.auth, config.node_name, config.node_ip)
+                wire_key = config.auth.wire_key
+            except CredentialError as exc:
+                if not local_only:
+                    raise
+                self.missing = str(exc)
+                wire_key = self._private_key = _private_wire_key()
         # Peer calls refused as unauthenticated (the workers count the wire's).
         self.refusals = preface.Refusals()
         nodes = WorkQueue(
@@ -71,7 +99,7 @@ class WireStack:
                 log_level=config.log.level,
                 log_format=config.log.format,
                 node=config.node_name,
-                wire_key=config.auth.wire_key if config.auth.enabled else "",
+                wire_key=wire_key,
             ),
             desired=self._desired,
         )
@@ -80,10 +108,19 @@ class WireStack:
         self.client = GrpcPeerClient(peer_port, config.peer.rpc_timeout, self.credentials)
         self.handshaker = Handshaker(self.manager, self.client, config.node_name)
         self.ends = ThreadEnds(self.manager)
-        self.driver = GrpcDriver(self.ends, offloads=config.dataplane.offloads)
+        self.driver = (
+            _SameNodeOnly(self.ends, config.dataplane.offloads, config.node_ip, self.missing)
+            if self.missing
+            else GrpcDriver(self.ends, offloads=config.dataplane.offloads)
+        )
         self.started = False
         self._server: Any = None
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def local(self) -> bool:
+        """Whether this stack carries same-node links only (credentials missing)."""
+        return bool(self.missing)
 
     def _desired(self, wire_id: int) -> Desired | None:
         return self.manager.desired(wire_id)
@@ -108,6 +145,9 @@ class WireStack:
             errors=(WorkerError,),
             waits=waits,
         )
+        if self.local:
+            self.started = True
+            return
         listen = self.config.peer.listen
         self._server = await start_patiently(
             f"peer.listen {listen}",
@@ -129,3 +169,37 @@ class WireStack:
         await self.client.close()
         await self.pool.close()
         self.manager.close()
+        if self._private_key:
+            with contextlib.suppress(OSError):
+                os.unlink(self._private_key)
+
+
+def _private_wire_key() -> str:
+    """A wire key file of a fresh random key, readable by this user only: its path."""
+    fd, path = tempfile.mkstemp(prefix="meshwire-local-wire-", suffix=".key")
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    return path
+
+
+class _SameNodeOnly(GrpcDriver):
+    """The grpc driver of a local-only stack: a row whose far end is on another node
+    is refused, before any TAP is made, with a SpecError saying what is missing."""
+
+    def __init__(self, wires: WireEnds, offloads: bool, node_ip: str, missing: str) -> None:
+        super().__init__(wires, offloads=offloads)
+        self._node_ip = node_ip
+        self._missing = missing
+
+    def update(self, row: LinkRow) -> None:
+        if row.peer_node_ip != self._node_ip:
+            # A wire held for the row's earlier, same-node state goes (its TAP stays).
+            self._wires.detach(row.key)
+            raise SpecError(
+                f"{row.namespace}/{row.uid}",
+                row.local.netns,
+                row.local.intf,
+                f"an emulated link to another node ({row.peer_node_ip}) needs the cluster "
+                f"credentials, which this node could not read at start: {self._missing}",
+            )
+        super().update(row)
