@@ -24,7 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
-from tests.kube_cluster import ControlPlane
+from tests.kube_cluster import ControlPlane, free_address
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 WAIT = 60.0
@@ -216,13 +216,12 @@ class Gate:
 class DaemonProcess:
     """`meshwire daemon` as a process of its own, talking to a real API server.
 
-    `config` holds the keys over the harness's (node `node1` at 169.254.77.1, its
+    `config` holds the keys over the harness's (node `node1` at a free 127.x address of
+    the host's loopback, where its dataplane workers listen, its
     CNI socket and sandbox store under `folder`, /readyz on `host`:`port`, no
     reserved ports). `wrap` prefixes the command (e.g. `unshare --mount ...`).
     Stopped by its PID with SIGTERM (SIGKILL after 20 s) in `stop()`.
     """
-
-    NODE_IP = "169.254.77.1"
 
     def __init__(
         self,
@@ -235,9 +234,11 @@ class DaemonProcess:
     ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.metrics = f"{host}:{port}"
+        # The workers bind their ports on the node's address, as on a node.
+        self.node_ip = free_address()[0]
         settings: dict[str, Any] = {
             "node_name": "node1",
-            "node_ip": self.NODE_IP,
+            "node_ip": self.node_ip,
             "reserve_ports": False,
             "cni": {"socket": str(folder / "cni.sock"), "state_dir": str(folder / "sandboxes")},
             "metrics": {"listen": self.metrics},

@@ -103,7 +103,7 @@ def start_daemon(
     return daemon
 
 
-def stale_placement(api: client.ApiClient, namespace: str, name: str) -> None:
+def stale_placement(api: client.ApiClient, namespace: str, name: str, node_ip: str) -> None:
     """A Topology whose status places its pod on the daemon's node in a sandbox the
     running daemon never added: the daemon clears it (a conditional write: a read of /status, then a
     patch), so a test sees every kind of call the daemon makes."""
@@ -114,7 +114,7 @@ def stale_placement(api: client.ApiClient, namespace: str, name: str) -> None:
                             "peer_intf": "eth1"}]}})  # fmt: skip
     objects.patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, PLURAL, name,
-        {"status": {"src_ip": DaemonProcess.NODE_IP, "net_ns": "/run/netns/gone",
+        {"status": {"src_ip": node_ip, "net_ns": "/run/netns/gone",
                     "container_id": "gone"}},
     )  # fmt: skip
 
@@ -150,7 +150,7 @@ def test_every_call_the_daemon_makes_on_its_service_account_is_allowed(
 ) -> None:  # fmt: skip
     daemon = start_daemon(kube, tmp_path / "d", {"kubeconfig": str(token_config)}, daemons)
     daemon.wait_readyz("the daemon ready", lambda code, _: code == 200)
-    stale_placement(api, namespace, "r1")
+    stale_placement(api, namespace, "r1", daemon.node_ip)
     wait_for("the stale placement cleared", lambda: cleared(api, namespace, "r1"))
     # Its watches end every 5 s: let one be reopened too.
     wait_for("a second watch", lambda: sum(
@@ -196,7 +196,7 @@ def test_a_permission_removed_is_named_by_readyz(
         daemon = start_daemon(kube, tmp_path / "d", {"kubeconfig": str(token_config)}, daemons)
         if verb == "patch":
             daemon.wait_readyz("the daemon ready", lambda code, _: code == 200)
-            stale_placement(api, namespace, "r1")
+            stale_placement(api, namespace, "r1", daemon.node_ip)
         body = daemon.wait_readyz(f"/readyz naming {verb}", lambda code, text: code == 503
                                   and named in text)  # fmt: skip
         assert "deploy/rbac.yaml" in body
@@ -229,7 +229,7 @@ def test_in_cluster_config_from_the_standard_files_and_a_rotated_token(
         env={"KUBERNETES_SERVICE_HOST": kube.host, "KUBERNETES_SERVICE_PORT": str(kube.port)},
     )  # fmt: skip
     daemon.wait_readyz("the daemon ready in-cluster", lambda code, _: code == 200)
-    stale_placement(api, namespace, "r1")
+    stale_placement(api, namespace, "r1", daemon.node_ip)
     wait_for("the stale placement cleared", lambda: cleared(api, namespace, "r1"))
 
     # Rotation: the ServiceAccount made again (its old tokens are invalid then) and the
@@ -242,5 +242,5 @@ def test_in_cluster_config_from_the_standard_files_and_a_rotated_token(
     fresh.write_text(service_account_token(api, "meshwire", "meshwire"))
     fresh.rename(account / "token")
     daemon.wait_readyz("the daemon ready on the rotated token", lambda code, _: code == 200)
-    stale_placement(api, namespace, "r2")
+    stale_placement(api, namespace, "r2", daemon.node_ip)
     wait_for("a write on the rotated token", lambda: cleared(api, namespace, "r2"))
