@@ -18,11 +18,11 @@ def test_a_status_is_the_rows_and_goes_with_it_but_wakes_no_tracker() -> None:
     tracker.next()
     revision = links.revision
 
-    heard: list[tuple[LinkRow, LinkStatus]] = []
-    stop = links.watch_status(lambda r, s: heard.append((r, s)))
+    heard: list[tuple[LinkRow, LinkStatus, LinkStatus]] = []
+    stop = links.watch_status(lambda r, before, after: heard.append((r, before, after)))
     assert links.set_status(row.key, FAILED) == row
     assert links.revision == revision and tracker.next() == []
-    assert heard == [(row, FAILED)]
+    assert heard == [(row, PENDING, FAILED)]
     assert links.with_status() == [(row, FAILED)]
     assert links.errors({row.key, "lab/9"}) == [FAILED.message]
 

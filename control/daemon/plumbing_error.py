@@ -57,8 +57,6 @@ class PlumbingErrors:
         # Pods (`ns/pod`) to recompute; `_marked` is set while there are any.
         self._dirty: set[str] = set()
         self._marked = asyncio.Event()
-        # Rows whose status, as last written, is an error.
-        self._erring: set[str] = set()
         self._unwatch = links.watch_status(self._status_written)
 
     def mark(self, pods: Iterable[str]) -> None:
@@ -67,14 +65,9 @@ class PlumbingErrors:
         if self._dirty:
             self._marked.set()
 
-    def _status_written(self, row: LinkRow, status: LinkStatus) -> None:
-        if status.state is State.ERROR:
-            self._erring.add(row.key)
-        elif row.key in self._erring:
-            self._erring.discard(row.key)
-        else:
-            return
-        self.mark(pods_of(row))
+    def _status_written(self, row: LinkRow, before: LinkStatus, after: LinkStatus) -> None:
+        if State.ERROR in (before.state, after.state):
+            self.mark(pods_of(row))
 
     async def run(self) -> None:
         """Publish the dirty pods whenever there are some, until cancelled."""

@@ -123,7 +123,8 @@ PENDING = LinkStatus()
 
 POD_INDEX = "pod"
 
-StatusWatcher = Callable[[LinkRow, LinkStatus], None]
+# (row, its status before the write, after it)
+StatusWatcher = Callable[[LinkRow, LinkStatus, LinkStatus], None]
 
 
 def pods_of(row: LinkRow) -> Iterable[str]:
@@ -160,14 +161,16 @@ class LinksTable(Table[LinkRow]):
         row = self.get(key)
         if row is None:
             return None
+        before = self.status(key)
         self._statuses[key] = status
         for watcher in list(self._status_watchers):
-            watcher(row, status)
+            watcher(row, before, status)
         return row
 
     def watch_status(self, watcher: StatusWatcher) -> Callable[[], None]:
-        """Call `watcher(row, status)` on every status write, on the writer's (the
-        event loop's) thread; returns what stops it (once or more)."""
+        """Call `watcher(row, before, after)` on every status write, with the row's
+        status before and after it, on the writer's (the event loop's) thread;
+        returns what stops it (once or more)."""
         self._status_watchers.append(watcher)
 
         def stop() -> None:
