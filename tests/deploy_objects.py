@@ -1,47 +1,34 @@
 """deploy/'s objects as `kubectl apply -k deploy/` sends them, through the official client.
 
-`objects(image=...)` reads deploy/kustomization.yaml: its `resources` in order, and its
-`images` rewrite (kustomize's: a container whose image is `name[:tag]` gets `newName` and
-`newTag`), with `image` replacing that rewrite's result when given. `apply` creates or
-replaces them in that order; `delete` removes them in that order too, as `kubectl delete -k`
-does (the namespace first: its objects go with it).
+`objects()` is deploy/'s manifests (deploy_helpers: the kustomization's `resources`
+in order) with the kustomization's `images` rewrite applied as kustomize does (a
+container whose image is `name[:tag]` gets `newName` and `newTag`). `apply` creates or
+replaces them in that order; `delete` removes them in that order too, as
+`kubectl delete -k` does (the namespace first: its objects go with it).
 """
 
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.paths import REPO
-
-DEPLOY = REPO / "deploy"
+from tests.deploy_helpers import kustomization, manifests
 
 
-def objects(image: str = "", folder: Path = DEPLOY) -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
-    rewrites = {entry["name"]: entry for entry in kustomization.get("images", [])}
-    out: list[dict[str, Any]] = []
-    for resource in kustomization["resources"]:
-        for document in yaml.safe_load_all((folder / resource).read_text()):
-            if document:
-                _set_images(document, rewrites, image)
-                out.append(document)
+def objects() -> list[dict[str, Any]]:
+    rewrites = {entry["name"]: entry for entry in kustomization().get("images", [])}
+    out = manifests()
+    for document in out:
+        _set_images(document, rewrites)
     return out
 
 
-def _set_images(document: dict[str, Any], rewrites: dict[str, Any], image: str) -> None:
+def _set_images(document: dict[str, Any], rewrites: dict[str, Any]) -> None:
     spec = document.get("spec", {}).get("template", {}).get("spec", {})
     for container in spec.get("initContainers", []) + spec.get("containers", []):
         name, _, tag = container["image"].partition(":")
         rewrite = rewrites.get(name)
-        if rewrite is None:
-            continue
-        if image:
-            container["image"] = image
-        else:
+        if rewrite is not None:
             container["image"] = f"{rewrite.get('newName', name)}:{rewrite.get('newTag', tag)}"
 
 

@@ -27,6 +27,7 @@ pause image (a static C program compiled here); `import_image` loads any archive
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -42,8 +43,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client import CoreV1Api
+
 from meshwire.dataplane.netns_thread import call_in_netns
 from tests.kube_cluster import ControlPlane
+from tests.kube_helpers import admin
 
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-controller-manager")
 SERVICE_IP = "10.0.0.1"  # ControlPlane's --service-cluster-ip-range=10.0.0.0/24
@@ -536,16 +540,13 @@ imageGCLowThresholdPercent: 99
 
     # -- the API's view ------------------------------------------------------------
 
-    def api(self) -> Any:
-        from kubernetes import client, config
-
-        return client.ApiClient(config.load_kube_config(str(self.plane.admin_kubeconfig)) or None)
+    @functools.cached_property
+    def admin(self) -> Any:
+        """The control plane's admin client (kube_helpers.admin), made once."""
+        return admin(self.plane)
 
     def core(self) -> Any:
-        from kubernetes import client, config
-
-        api_client = config.new_client_from_config(str(self.plane.admin_kubeconfig))
-        return client.CoreV1Api(api_client)
+        return CoreV1Api(self.admin)
 
     def wait_ready(self) -> None:
         core = self.core()
