@@ -54,15 +54,28 @@ def raw(api: client.ApiClient, method: str, path: str, body: Any = None) -> Any:
     return reply
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = WAIT) -> T:
-    """Poll `probe` until it returns something other than None/False; raise naming `what`."""
+def wait_for(
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float = WAIT,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Poll `probe` until it returns something other than None/False; raise naming `what`.
+
+    An exception of `ignoring` from `probe` counts as not yet (an object on its way, a
+    server restarting); the last one is named if time runs out."""
     deadline = time.monotonic() + timeout
+    last: BaseException | None = None
     while True:
-        value = probe()
+        try:
+            value = probe()
+        except ignoring as err:
+            last, value = err, None
         if value is not None and value is not False:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            why = f" (last: {last!r})" if last is not None else ""
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}{why}")
         time.sleep(0.1)
 
 

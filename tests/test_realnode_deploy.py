@@ -21,9 +21,12 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from tests import deploy_objects
 from tests.kube_cluster import ControlPlane
+from tests.kube_helpers import wait_for
 from tests.kube_node import BUSYBOX_IMAGE, Node, node_binaries, running_node
 from tests.paths import MESHNET, REPO
 
@@ -34,21 +37,9 @@ DAEMON_NS = "meshwire"
 DAEMON_LABEL = "app.kubernetes.io/name=meshwire"
 TOPOLOGY = ("networkop.co.uk", "v1beta1", "topologies")
 WAIT = 120.0
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = condition()
-        except Exception as exc:  # the API or a pod may be on its way
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.5)
-    raise TimeoutError(f"{what}: not after {timeout}s (last: {last!r})")
+# What a probe may raise while the thing it waits for is on its way: the API's
+# errors (an object not there yet, a connection cut) and a pod's process not there.
+IGNORED = (ApiException, HTTPError, OSError, LookupError)
 
 
 # -- the module's node and lab ----------------------------------------------------------
@@ -78,10 +69,10 @@ class Lab:
     """3node.yml's Topologies and pods in namespace `lab`, on `node`."""
 
     def __init__(self, node: Node) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
         self.node = node
-        self.api_client = config.new_client_from_config(str(node.plane.admin_kubeconfig))
+        self.api_client = node.admin
         self.core = client.CoreV1Api(self.api_client)
         self.apps = client.AppsV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
@@ -116,7 +107,7 @@ class Lab:
             except Exception as exc:
                 return getattr(exc, "status", None) == 404
 
-        wait_for(gone, f"pod {namespace}/{name} deleted")
+        wait_for(f"pod {namespace}/{name} deleted", gone, WAIT, IGNORED)
 
     def running(self, name: str) -> Any:
         pod = self.core.read_namespaced_pod(name, LAB_NS)
@@ -124,7 +115,7 @@ class Lab:
 
     def wait_running(self, *names: str) -> None:
         for name in names or tuple(self.pods):
-            wait_for(lambda n=name: self.running(n), f"pod {name} Running")
+            wait_for(f"pod {name} Running", lambda n=name: self.running(n), WAIT, IGNORED)
 
     def daemon_pods(self) -> list[Any]:
         return list(self.core.list_namespaced_pod(DAEMON_NS, label_selector=DAEMON_LABEL).items)
@@ -168,7 +159,12 @@ class Lab:
 
     def wait_all_ping(self) -> None:
         for pod, intf, address in self.links():
-            wait_for(lambda p=pod, a=address: self.pings(p, a), f"{pod}:{intf} pings {address}")
+            wait_for(
+                f"{pod}:{intf} pings {address}",
+                lambda p=pod, a=address: self.pings(p, a),
+                WAIT,
+                IGNORED,
+            )
 
     def ifindexes(self) -> dict[tuple[str, str], int]:
         """Each link end's ifindex (netlink's: /sys shows the host's netns, not the pod's)."""
@@ -189,7 +185,7 @@ def lab(node: Node) -> Lab:
     lab = Lab(node)
     deploy_objects.apply(lab.api_client, lab.deploy)
     try:
-        wait_for(lab.daemon_ready, "the meshwire DaemonSet's pod Ready", timeout=180)
+        wait_for("the meshwire DaemonSet's pod Ready", lab.daemon_ready, 180, IGNORED)
     except TimeoutError as err:
         raise TimeoutError(f"{err}\n{lab.daemon_diagnostics()}") from None
     lab.create_topologies()
@@ -285,7 +281,7 @@ def test_the_meshwire_pod_replaced_loses_no_ping(lab: Lab) -> None:
 
     def replace() -> None:
         lab.delete_pod(old.metadata.name, DAEMON_NS)
-        new = wait_for(lab.daemon_ready, "a new meshwire pod Ready", timeout=180)
+        new = wait_for("a new meshwire pod Ready", lab.daemon_ready, 180, IGNORED)
         assert new.metadata.uid != old.metadata.uid
 
     assert_no_loss_while(lab, replace)
@@ -308,7 +304,7 @@ def test_a_rollout_to_a_new_tag_loses_no_ping(lab: Lab) -> None:
             pod = lab.daemon_ready()
             return pod if pod and pod.metadata.uid != old.metadata.uid else None
 
-        new = wait_for(rolled, "the rolled-out meshwire pod Ready", timeout=180)
+        new = wait_for("the rolled-out meshwire pod Ready", rolled, 180, IGNORED)
         assert new.spec.containers[0].image == tag
 
     assert_no_loss_while(lab, rollout)
@@ -340,7 +336,7 @@ def test_kubelet_restarted_keeps_links_and_wires_new_pods(lab: Lab) -> None:
 def test_deleting_deploy_leaves_the_links_and_takes_the_shim_out(lab: Lab) -> None:
     before = lab.ifindexes()
     deploy_objects.delete(lab.api_client, lab.deploy)
-    wait_for(lambda: not lab.daemon_pods(), "the meshwire pods gone", timeout=180)
+    wait_for("the meshwire pods gone", lambda: not lab.daemon_pods(), 180, IGNORED)
 
     conflist = sorted(lab.node.root("/etc/cni/net.d").glob("*.conflist"))[0]
     plugins = [p["type"] for p in yaml.safe_load(conflist.read_text())["plugins"]]
