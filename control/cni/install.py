@@ -121,12 +121,17 @@ def install_binary(shim: Path, bin_dir: Path) -> tuple[Path, bool]:
     return target, True
 
 
-def chain_into_config(conf_dir: Path, socket: str) -> tuple[Path, str]:
-    """Chains meshwire into conf_dir's config; returns the file and what was done."""
+def config_files(conf_dir: Path) -> list[str]:
+    """The names of conf_dir's files, sorted as the runtime reads them."""
     try:
-        names = sorted(p.name for p in conf_dir.iterdir() if p.is_file())
+        return sorted(p.name for p in conf_dir.iterdir() if p.is_file())
     except OSError as exc:
         raise InstallError(f"--conf-dir {conf_dir}: {exc.strerror}") from None
+
+
+def chain_into_config(conf_dir: Path, socket: str) -> tuple[Path, str]:
+    """Chains meshwire into conf_dir's config; returns the file and what was done."""
+    names = config_files(conf_dir)
     conflists = [n for n in names if n.endswith(".conflist")]
     if conflists:
         path = conf_dir / conflists[0]

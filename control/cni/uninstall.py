@@ -26,6 +26,7 @@ from meshwire.control.cni.install import (
     ORIGINAL_SUFFIX,
     PLUGIN_TYPE,
     InstallError,
+    config_files,
     dump_json,
     load_json,
     write_atomically,
@@ -49,10 +50,7 @@ def _is_ours(plugin: Any) -> bool:
 
 def unchain_configs(conf_dir: Path) -> list[tuple[Path, str]]:
     """Takes meshwire out of every conflist in conf_dir; returns (file, what was done)."""
-    try:
-        names = sorted(p.name for p in conf_dir.iterdir() if p.is_file())
-    except OSError as exc:
-        raise InstallError(f"--conf-dir {conf_dir}: {exc.strerror}") from None
+    names = config_files(conf_dir)
     done: list[tuple[Path, str]] = []
     for name in names:
         if not name.endswith(".conflist"):
