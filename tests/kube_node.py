@@ -252,7 +252,7 @@ class Node:
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
         self._wait(lambda: (self.dir / "holder.ready").exists(), "the node's mount namespace",
-                   proc=self.holder, log="holder.log")  # fmt: skip
+                   proc=self.holder, log="holder")  # fmt: skip
 
     def root(self, path: str) -> Path:
         """`path` as the node's processes see it (through the holder's root)."""
@@ -378,7 +378,7 @@ state = "{state / "state"}"
             lambda: self.ctr("version", check=False).returncode == 0,
             "containerd",
             proc=self.procs["containerd"],
-            log="containerd.log",
+            log="containerd",
         )
 
     def restart_containerd(self) -> None:
@@ -559,7 +559,7 @@ imageGCLowThresholdPercent: 99
             conditions = {c.type: c.status for c in node.status.conditions or []}
             return conditions.get("Ready") == "True"
 
-        self._wait(ready, f"node {self.name} Ready", proc=self.procs["kubelet"], log="kubelet.log")
+        self._wait(ready, f"node {self.name} Ready", proc=self.procs["kubelet"], log="kubelet")
         # kubelet taints a node not-ready when it registers; the node lifecycle
         # controller, which would lift it, is off (it would evict on a restart).
         node = core.read_node(self.name)
@@ -620,11 +620,11 @@ imageGCLowThresholdPercent: 99
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"{what}: process exited; log:\n{self.log_tail(log[:-4])}")
+                raise RuntimeError(f"{what}: process exited; log:\n{self.log_tail(log)}")
             if condition():
                 return
             time.sleep(0.25)
-        raise TimeoutError(f"{what}: not there in {timeout}s; log:\n{self.log_tail(log[:-4])}")
+        raise TimeoutError(f"{what}: not there in {timeout}s; log:\n{self.log_tail(log)}")
 
 
 def busybox_binary() -> Path:
