@@ -15,7 +15,14 @@ import uvloop
 from links_helpers import Namespaces, ip, namespaces, needs_root, netns_name
 
 from meshwire.control.links import iface
-from meshwire.control.links.netns import NetnsGone, NotANetns, netlink, open_netns
+from meshwire.control.links import netns as links_netns
+from meshwire.control.links.netns import (
+    NetnsGone,
+    NotANetns,
+    SocketPool,
+    netlink,
+    open_netns,
+)
 from meshwire.dataplane.netns_thread import SocketMaker, call_in_netns
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -150,3 +157,63 @@ def test_a_netlink_hands_pyroute2s_api_through_and_nothing_private(
         assert [msg.get_attr("IFLA_IFNAME") for msg in ipr.get_links()] == ["lo"]
         with pytest.raises(AttributeError):
             _ = ipr._no_such_thing
+
+
+def test_a_connection_is_kept_and_lent_again_only_for_its_own_netns(
+    namespaces: Namespaces,
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    with open_netns(a) as ns, netlink(ns) as first:
+        pass
+    with open_netns(a) as ns, netlink(ns) as again, open_netns(b) as other_ns:
+        with netlink(other_ns) as other:
+            assert other is not again
+        assert again is first
+        # Two callers at once get two connections.
+        with netlink(ns) as beside:
+            assert beside is not again
+
+
+def test_a_kept_connection_makes_its_pyroute2_part_through_the_netns_opened_now(
+    namespaces: Namespaces,
+) -> None:
+    pod = namespaces.add("p")
+    ip("-n", netns_name(pod), "link", "add", "br-kept", "type", "bridge")
+    for _ in range(2):  # the second time through a connection the pool kept
+        with open_netns(pod) as ns, netlink(ns) as ipr:
+            assert "br-kept" in [found.name for found in iface.dump(ipr)]
+
+
+def test_a_connection_whose_request_was_cut_short_is_not_kept(namespaces: Namespaces) -> None:
+    pod = namespaces.add("p")
+    with open_netns(pod) as ns, netlink(ns) as first:
+        first.rtnl.answered = False  # as if an exception came between send and answer
+    with open_netns(pod) as ns, netlink(ns) as second:
+        assert second is not first
+        assert iface.find(second, "lo") is not None
+
+
+def test_a_kept_connection_holds_its_netns_until_the_pool_closes_it(
+    namespaces: Namespaces, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pool whose sweeper waits longer than any test: only close_idle closes.
+    pool = SocketPool(idle=3600)
+    monkeypatch.setattr(links_netns, "POOL", pool)
+    a, b = namespaces.add("a"), namespaces.add("b")
+    ip("-n", netns_name(a), "link", "add", "v-kept", "type", "veth", "peer", "v-far",
+       "netns", netns_name(b))  # fmt: skip
+    with open_netns(b) as ns, netlink(ns) as ipr:
+        assert iface.find(ipr, "v-far") is not None
+    assert pool.kept() == 1
+    ip("netns", "del", netns_name(b))
+    # Still held: the veth's far end lives on, so the near one does too.
+    with open_netns(a) as ns, netlink(ns) as ipr:
+        assert iface.find(ipr, "v-kept") is not None
+    pool.close_idle()
+    deadline = time.monotonic() + 30
+    while True:
+        with open_netns(a) as ns, netlink(ns) as ipr:
+            if iface.find(ipr, "v-kept") is None:
+                break
+        assert time.monotonic() < deadline, "the netns outlived the pool's connection"
+        time.sleep(0.05)

@@ -11,6 +11,12 @@ pyroute2 `IPRoute`, each socket created inside the namespace by
 netns it was created in, so the calling thread (and process) never changes netns
 and nothing forks (pyroute2's own `netns=` forks a child per socket, which a
 process with gRPC threads must avoid).
+
+The raw sockets are kept between calls (`SocketPool`): making one costs a
+round trip to the socket maker's thread, more than a veth pair's whole
+netlink work when a pass builds 1,500 of them. A kept socket holds its netns
+alive, so an idle one is closed after `POOL_IDLE` seconds: a pod's netns
+deleted by its runtime is torn down at most that much later.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import errno
 import fcntl
 import os
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +46,8 @@ NS_GET_NSTYPE = 0xB703
 # Every socket the drivers make in a pod netns: one thread for the process,
 # entering each netns only for socket() (see SocketMaker).
 _SOCKETS = SocketMaker()
+# Seconds an unused rtnetlink socket is kept for the next call into its netns.
+POOL_IDLE = 0.25
 
 
 class NetnsGone(Exception):
@@ -117,7 +127,8 @@ class Netlink:
     def __init__(self, ns: Netns | None) -> None:
         self._ipr: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._ns = ns
+        # The netns as opened by the caller now (its fd is valid only as long as that).
+        self.ns = ns
         sock = (
             socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
             if ns is None
@@ -133,7 +144,7 @@ class Netlink:
     def ipr(self) -> Any:
         """pyroute2's `IPRoute` in this netns (see `netlink`)."""
         if self._ipr is None:
-            fileno = None if self._ns is None else _netlink_socket_in(self._ns)
+            fileno = None if self.ns is None else _netlink_socket_in(self.ns)
             # A plain selector loop of its own: pyroute2 fails on uvloop, which
             # `asyncio.new_event_loop()` would return once uvloop's policy is installed.
             loop = asyncio.SelectorEventLoop()
@@ -158,26 +169,117 @@ class Netlink:
 
     def close(self) -> None:
         self.rtnl.close()
+        self.close_ipr()
+
+    def close_ipr(self) -> None:
+        """Close the pyroute2 part, if it was made (the raw socket stays)."""
         if self._ipr is not None and self._loop is not None:
             self._ipr.close()
             # One turn lets the aborted transport finish closing its socket.
             self._loop.run_until_complete(asyncio.sleep(0))
             self._loop.close()
             self._ipr = None
+            self._loop = None
+
+
+class SocketPool:
+    """Raw rtnetlink connections kept per netns between calls, each lent to one caller
+    at a time.
+
+    A connection is keyed by its netns's identity, which stays unique while
+    the pool holds it: the kept socket holds the netns alive, so its inode
+    cannot be reused. It goes back to the pool without its pyroute2 part
+    (pyroute2 binds a socket to the thread that made it), and is closed once
+    idle for `idle` seconds, by a thread that runs while the pool holds any.
+    """
+
+    def __init__(self, idle: float = POOL_IDLE) -> None:
+        self._idle_s = idle
+        self._lock = threading.Lock()
+        # identity -> (when given back, connection), oldest first.
+        self._kept: dict[tuple[int, int], list[tuple[float, Netlink]]] = {}
+        self._sweeper: threading.Thread | None = None
+
+    def take(self, ns: Netns) -> Netlink:
+        """A connection into `ns`: the one given back last, or a new one."""
+        with self._lock:
+            kept = self._kept.get(ns.identity)
+            if kept:
+                _, connection = kept.pop()
+                if not kept:
+                    del self._kept[ns.identity]
+                # The same netns, opened anew: its pyroute2 part is made through this fd.
+                connection.ns = ns
+                return connection
+        return Netlink(ns)
+
+    def give(self, ns: Netns, connection: Netlink) -> None:
+        """Keep `connection` (taken for `ns`) for the next caller; close it instead if a
+        request on it was cut short (an exception between its send and its answer)."""
+        connection.close_ipr()
+        if not connection.rtnl.answered:
+            connection.close()
+            return
+        with self._lock:
+            self._kept.setdefault(ns.identity, []).append((time.monotonic(), connection))
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(
+                    target=self._sweep, name="meshwire-netlink-pool", daemon=True
+                )
+                self._sweeper.start()
+
+    def kept(self) -> int:
+        """How many connections the pool holds."""
+        with self._lock:
+            return sum(len(each) for each in self._kept.values())
+
+    def close_idle(self, older_than: float = 0.0) -> None:
+        """Close every kept connection given back more than `older_than` seconds ago."""
+        cutoff = time.monotonic() - older_than
+        closing = []
+        with self._lock:
+            for identity in list(self._kept):
+                kept = self._kept[identity]
+                closing += [connection for given, connection in kept if given <= cutoff]
+                kept[:] = [(given, c) for given, c in kept if given > cutoff]
+                if not kept:
+                    del self._kept[identity]
+        for connection in closing:
+            connection.close()
+
+    def _sweep(self) -> None:
+        while True:
+            time.sleep(self._idle_s / 2)
+            self.close_idle(self._idle_s)
+            with self._lock:
+                if not self._kept:
+                    self._sweeper = None
+                    return
+
+
+POOL = SocketPool()
 
 
 @contextmanager
 def netlink(ns: Netns | None = None) -> Iterator[Netlink]:
-    """A `Netlink` talking to `ns` (None: the calling thread's own netns).
+    """A `Netlink` talking to `ns` (None: a new one in the calling thread's own netns).
 
     Use it only from the thread that opened it: pyroute2 keeps one socket per
     thread and would open a fresh one, in that thread's netns, from any other.
     Works whatever event loop policy the process installed (uvloop included).
     Both sockets check requests strictly (NETLINK_GET_STRICT_CHK), so a dump
     request that names an ifindex gets only that interface (`iface.addresses`).
+    A connection into `ns` comes from `POOL` and goes back to it.
     """
-    connection = Netlink(ns)
+    if ns is None:
+        connection = Netlink(None)
+        try:
+            yield connection
+        finally:
+            connection.close()
+        return
+    connection = POOL.take(ns)
     try:
         yield connection
     finally:
-        connection.close()
+        POOL.give(ns, connection)

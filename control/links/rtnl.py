@@ -72,6 +72,7 @@ IFLA_MTU = 4
 IFLA_LINK = 5
 IFLA_LINKINFO = 18
 IFLA_IFALIAS = 20
+IFLA_GROUP = 27
 IFLA_NET_NS_FD = 28
 IFLA_LINK_NETNSID = 37
 IFLA_INFO_KIND = 1
@@ -165,14 +166,23 @@ def del_link(index: int) -> tuple[int, int, bytes]:
     return RTM_DELLINK, 0, IFINFOMSG.pack(0, 0, index, 0, 0)
 
 
-def new_veth(name: str, peer: str, peer_netns_fd: int, mtu: int = 0) -> tuple[int, int, bytes]:
+def new_veth(
+    name: str,
+    peer: str,
+    peer_netns_fd: int,
+    mtu: int = 0,
+    *,
+    group: int = 0,
+    mac: str = "",
+    peer_mac: str = "",
+) -> tuple[int, int, bytes]:
     """Create veth `name` here and its peer `peer` straight in the netns of `peer_netns_fd`,
-    both at `mtu` (0: the kernel's default); fails with EEXIST if a name is taken."""
+    both at `mtu` (0: the kernel's default) and in interface group `group` (0: the
+    default), with MAC `mac` and `peer_mac` ("": random); fails with EEXIST if a
+    name is taken."""
     peer_attrs = attr_str(IFLA_IFNAME, peer) + attr_u32(IFLA_NET_NS_FD, peer_netns_fd)
-    own = attr_str(IFLA_IFNAME, name)
-    if mtu:
-        peer_attrs += attr_u32(IFLA_MTU, mtu)
-        own += attr_u32(IFLA_MTU, mtu)
+    own = attr_str(IFLA_IFNAME, name) + _created_attrs(mtu, group, mac)
+    peer_attrs += _created_attrs(mtu, group, peer_mac)
     peer_info = attr(VETH_INFO_PEER, IFINFOMSG.pack(0, 0, 0, 0, 0) + peer_attrs)
     info = attr_str(IFLA_INFO_KIND, "veth") + attr(IFLA_INFO_DATA, peer_info)
     body = IFINFOMSG.pack(0, 0, 0, 0, 0) + own + attr(IFLA_LINKINFO, info)
@@ -186,22 +196,35 @@ def new_vxlan(
     remote: ipaddress.IPv4Address | ipaddress.IPv6Address,
     port: int,
     mtu: int = 0,
+    *,
+    group: int = 0,
+    mac: str = "",
 ) -> tuple[int, int, bytes]:
     """Create vxlan `name` (VNI `vni`, to `remote` on UDP `port`) from this netns, where
-    its socket lives, straight into the netns of `netns_fd`; fails with EEXIST if the
-    name is taken there or the VNI and port are held here."""
+    its socket lives, straight into the netns of `netns_fd`, in interface group
+    `group` with MAC `mac` (as `new_veth`); fails with EEXIST if the name is
+    taken there or the VNI and port are held here."""
     own = attr_str(IFLA_IFNAME, name) + attr_u32(IFLA_NET_NS_FD, netns_fd)
-    if mtu:
-        own += attr_u32(IFLA_MTU, mtu)
-    group = IFLA_VXLAN_GROUP6 if remote.version == 6 else IFLA_VXLAN_GROUP
+    own += _created_attrs(mtu, group, mac)
+    group_attr = IFLA_VXLAN_GROUP6 if remote.version == 6 else IFLA_VXLAN_GROUP
     data = (
         attr_u32(IFLA_VXLAN_ID, vni)
-        + attr(group, remote.packed)
+        + attr(group_attr, remote.packed)
         + attr(IFLA_VXLAN_PORT, struct.pack("!H", port))
     )
     info = attr_str(IFLA_INFO_KIND, "vxlan") + attr(IFLA_INFO_DATA, data)
     body = IFINFOMSG.pack(0, 0, 0, 0, 0) + own + attr(IFLA_LINKINFO, info)
     return RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body
+
+
+def _created_attrs(mtu: int, group: int, mac: str) -> bytes:
+    """What creation sets beside the name: MTU, group and MAC, each if given."""
+    out = attr_u32(IFLA_MTU, mtu) if mtu else b""
+    if group:
+        out += attr_u32(IFLA_GROUP, group)
+    if mac:
+        out += attr(IFLA_ADDRESS, bytes.fromhex(mac.replace(":", "")))
+    return out
 
 
 def set_link(
@@ -213,10 +236,12 @@ def set_link(
     mtu: int = 0,
     up: bool = False,
     down: bool = False,
+    group: int | None = None,
 ) -> tuple[int, int, bytes]:
     """Change interface `index`: each of name, alias, MAC and MTU given (not empty or 0),
-    and raise it if `up` or take it down if `down`; all in one request, applied by the
-    kernel under one lock (the name first, the up state last)."""
+    its interface group if `group` is not None, and raise it if `up` or take it down
+    if `down`; all in one request, applied by the kernel under one lock (the name
+    first, the up state last)."""
     flags = IFF_UP if up else 0
     change = IFF_UP if up or down else 0
     body = IFINFOMSG.pack(0, 0, index, flags, change)
@@ -229,6 +254,8 @@ def set_link(
         body += attr(IFLA_ADDRESS, bytes.fromhex(mac.replace(":", "")))
     if mtu:
         body += attr_u32(IFLA_MTU, mtu)
+    if group is not None:
+        body += attr_u32(IFLA_GROUP, group)
     return RTM_NEWLINK, 0, body
 
 
@@ -337,13 +364,14 @@ class Link:
     link: int
     link_netnsid: int | None
     kind: str
+    group: int = 0
 
 
 def parse_link(body: bytes) -> Link | None:
     """The fields of an RTM_NEWLINK body; None if it carries IFLA_INFO_DATA (decode those
     with pyroute2, whose attribute names the drivers read)."""
     _, _, index, flags, _ = IFINFOMSG.unpack_from(body)
-    name, mtu, alias, link, netnsid, kind = "", 0, None, 0, None, ""
+    name, mtu, alias, link, netnsid, kind, group = "", 0, None, 0, None, "", 0
     for key, payload in attrs(body[IFINFOMSG.size :]):
         if key == IFLA_IFNAME:
             name = payload.rstrip(b"\0").decode()
@@ -355,13 +383,15 @@ def parse_link(body: bytes) -> Link | None:
             (link,) = struct.unpack_from("=I", payload)
         elif key == IFLA_LINK_NETNSID:
             (netnsid,) = struct.unpack_from("=i", payload)
+        elif key == IFLA_GROUP:
+            (group,) = struct.unpack_from("=I", payload)
         elif key == IFLA_LINKINFO:
             for info_key, info in attrs(payload):
                 if info_key == IFLA_INFO_KIND:
                     kind = info.rstrip(b"\0").decode()
                 elif info_key == IFLA_INFO_DATA:
                     return None
-    return Link(index, flags, name, mtu, alias, link, netnsid, kind)
+    return Link(index, flags, name, mtu, alias, link, netnsid, kind, group)
 
 
 # -- socket ---------------------------------------------------------------------
@@ -377,6 +407,8 @@ class Rtnl:
         sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
         sock.bind((0, 0))
         self._seq = 0
+        # False from a request's send until its answer was read in full (or refused).
+        self.answered = True
 
     def request(self, request: tuple[int, int, bytes]) -> list[tuple[int, bytes]]:
         """Send `request` (as the builders above give it); the (type, body) of each
@@ -385,6 +417,7 @@ class Rtnl:
         kind, flags, body = request
         self._seq += 1
         seq = self._seq
+        self.answered = False
         self._sock.send(message(kind, flags | NLM_F_REQUEST | NLM_F_ACK, seq, body))
         replies: list[tuple[int, bytes]] = []
         while True:
@@ -393,12 +426,14 @@ class Rtnl:
                 if reply_seq != seq:
                     continue  # an answer to an earlier request this socket gave up on
                 if reply_kind == NLMSG_ERROR:
+                    self.answered = True
                     error = ack_error(reply_flags, reply)
                     if error is not None:
                         raise error
                     return replies
                 if reply_kind == NLMSG_DONE:
                     # A dump's end: no ack follows it; it carries the dump's error.
+                    self.answered = True
                     (code,) = struct.unpack_from("=i", reply) if len(reply) >= 4 else (0,)
                     if code < 0:
                         raise NetlinkError(-code, os.strerror(-code))
