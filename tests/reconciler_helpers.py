@@ -186,13 +186,15 @@ class Pause:
 class Daemon:
     """The daemon's reconcile pipeline, as `daemon/app.py` wires it, minus I/O."""
 
-    def __init__(self, driver: FakeDriver, clock: FakeClock, debounce: float = 0) -> None:
+    def __init__(
+        self, driver: FakeDriver, clock: FakeClock, debounce: float = 0, concurrency: int = 1
+    ) -> None:
         self.topologies = TopologyTable()
         self.links = new_links_table()
         self.desired = DesiredLinks(self.topologies, self.links, NODE, HashedSlots())
         self.queue = WorkQueue(clock=clock, debounce=debounce, limiter=ExponentialBackoff())
-        # One worker: the log is then in a deterministic order.
-        self.reconciler = LinkReconciler(self.links, driver, self.queue, concurrency=1)
+        # One worker by default: the log is then in a deterministic order.
+        self.reconciler = LinkReconciler(self.links, driver, self.queue, concurrency=concurrency)
         self.task = asyncio.create_task(self.reconciler.run())
 
     def changed(self) -> None:
@@ -209,12 +211,12 @@ class Daemon:
 
 
 class Scenario:
-    def __init__(self, name: str, debounce: float = 0) -> None:
+    def __init__(self, name: str, debounce: float = 0, concurrency: int = 1) -> None:
         self.name = name
         self.clock = FakeClock()
         self.driver = FakeDriver()
         self.api: dict[str, Topology] = {}
-        self.daemon = Daemon(self.driver, self.clock, debounce)
+        self.daemon = Daemon(self.driver, self.clock, debounce, concurrency)
         self.logged = 0
 
     # -- the API side ---------------------------------------------------------

@@ -28,7 +28,9 @@ What a caller may rely on:
   delete a valid link.
 - After `close()`, no driver call starts; one in flight finishes.
 - Driver calls run in a thread pool: netlink (pyroute2) must not run on the
-  event loop, which may be uvloop.
+  event loop, which may be uvloop. Keys whose rows share a netns run one at a
+  time (`lanes.py`: the kernel serializes them anyway); keys in different
+  namespaces run in parallel, `concurrency` at most in the driver.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.driver import LinkDriver
 from meshwire.control.links.errors import SpecError
+from meshwire.control.reconcile.lanes import Lanes
 from meshwire.control.tables.links import PENDING, LinkRow, LinksTable, LinkStatus, State
 
 log = logging.getLogger(__name__)
@@ -94,6 +97,9 @@ class LinkReconciler:
         self._held = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="netlink")
         self._tracker = links.track()
+        self._lanes = Lanes()
+        # Runs of parked keys started when a key released more than one lane.
+        self._runs: set[asyncio.Task[None]] = set()
 
     # -- loop -----------------------------------------------------------------
 
@@ -109,6 +115,7 @@ class LinkReconciler:
             initial.cancel()
             self.queue.shutdown()
             await asyncio.gather(initial, *workers, return_exceptions=True)
+            await asyncio.gather(*self._runs, return_exceptions=True)
 
     async def _track_initial(self) -> None:
         await self.links.wait_initialized()
@@ -153,10 +160,29 @@ class LinkReconciler:
 
     async def _worker(self) -> None:
         while (key := await self.queue.get()) is not None:
+            if self._lanes.claim(key, self._netns_of(key)):
+                await self._run(key)
+
+    async def _run(self, key: str | None) -> None:
+        """Reconcile `key` (its lanes claimed), then the keys parked behind its lanes
+        that can claim theirs now: the first here, any other in a run of its own."""
+        while key is not None:
             try:
                 await self._reconcile(key)
             finally:
                 self.queue.done(key)
+                ready = self._lanes.release(key, self._netns_of)
+            key = ready[0] if ready else None
+            for other in ready[1:]:
+                run = asyncio.create_task(self._run(other))
+                self._runs.add(run)
+                run.add_done_callback(self._runs.discard)
+
+    def _netns_of(self, key: str) -> set[str]:
+        """The namespaces a pass over `key` may touch: its row's, and those of the row
+        last realised or deleted (what a move or a delete clears)."""
+        rows = (self.links.get(key), self._realised.get(key), self._deleted.get(key))
+        return {end.netns for row in rows if row is not None for end in row.ends()}
 
     async def _reconcile(self, key: str) -> None:
         if self._closed or self._held:
