@@ -20,7 +20,7 @@ from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from meshwire.control.links import iface, rtnl
-from meshwire.control.links.names import ADDRESS_PROTO
+from meshwire.control.links.names import ADDRESS_PROTO, BUILD_GROUP
 from meshwire.control.links.netns import Netlink, netlink, open_netns
 
 __all__ = ["namespaces"]
@@ -69,6 +69,22 @@ def test_a_veth_is_created_with_its_peer_in_the_peer_netns_and_both_mtus() -> No
 def test_a_veth_without_an_mtu_leaves_it_to_the_kernel() -> None:
     msg = decoded_link(rtnl.new_veth("mwtmp0", "mwtmp1", 42))
     assert msg.get_attr("IFLA_MTU") is None
+    assert msg.get_attr("IFLA_GROUP") is None
+    assert msg.get_attr("IFLA_ADDRESS") is None
+
+
+def test_a_veth_is_created_in_a_group_with_each_ends_mac() -> None:
+    kind, flags, body = rtnl.new_veth(
+        "eth1", "eth2", 42, group=0x6D776972, mac="02:00:00:00:00:01", peer_mac="02:00:00:00:00:02"
+    )
+    msg = decoded_link((kind, flags, body))
+    assert msg.get_attr("IFLA_GROUP") == 0x6D776972
+    assert msg.get_attr("IFLA_ADDRESS") == "02:00:00:00:00:01"
+    linkinfo = dict(rtnl.attrs(dict(rtnl.attrs(body[rtnl.IFINFOMSG.size :]))[rtnl.IFLA_LINKINFO]))
+    peer = dict(rtnl.attrs(linkinfo[rtnl.IFLA_INFO_DATA]))[rtnl.VETH_INFO_PEER]
+    peer_attrs = dict(rtnl.attrs(peer[rtnl.IFINFOMSG.size :]))
+    assert struct.unpack("=I", peer_attrs[rtnl.IFLA_GROUP]) == (0x6D776972,)
+    assert peer_attrs[rtnl.IFLA_ADDRESS] == bytes.fromhex("020000000002")
 
 
 @pytest.mark.parametrize(
@@ -218,11 +234,15 @@ def test_every_kind_of_interface_reads_the_same_as_through_pyroute2(
     ip("-n", name, "link", "add", "br0", "type", "bridge")
     with open_netns(pod) as ns, open_netns(peer) as pns, netlink(ns) as ipr:
         ipr.rtnl.request(rtnl.new_veth("v0", "v1", pns.fd, 9000))
-        for each in ("lo", "d0", "vx0", "mv0", "br0", "v0"):
+        ipr.rtnl.request(rtnl.new_veth("g0", "g1", pns.fd, group=BUILD_GROUP))
+        for each in ("lo", "d0", "vx0", "mv0", "br0", "v0", "g0"):
             assert iface.find(ipr, each) == pyroute2_view(ipr, each), each
         veth = iface.find(ipr, "v0")
         assert veth is not None and veth.kind == "veth" and veth.mtu == 9000
         assert veth.link_netnsid is not None
+        assert veth.group == 0 and not veth.half_made
+        grouped = iface.find(ipr, "g0")
+        assert grouped is not None and grouped.group == BUILD_GROUP and grouped.half_made
         vxlan = iface.find(ipr, "vx0")
         assert vxlan is not None and vxlan.info["IFLA_VXLAN_ID"] == 42
         dummy = iface.find(ipr, "d0")

@@ -18,10 +18,12 @@ from links_helpers import (
     wait_until,
 )
 
+from meshwire.control.links import rtnl
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.links.names import Role, temp_name
+from meshwire.control.links.names import BUILD_GROUP, Role, temp_name
+from meshwire.control.links.netns import netlink, open_netns
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]
@@ -178,17 +180,51 @@ def test_delete_removes_both_ends_and_is_idempotent(
 
 
 @pytest.mark.parametrize("then", ["update", "delete"])
-def test_leftover_of_a_crashed_attempt_in_the_pods_is_cleared(
+def test_a_half_made_pair_left_by_a_crash_is_cleared(
     namespaces: Namespaces, driver: Drivers, then: str
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b)
-    # A crash right after creation: the pair sits, unmarked, under the row's temporary names.
+    # A crash right after creation: the pair sits under its final names, in the
+    # build group, not marked yet.
+    with open_netns(a) as ans, open_netns(b) as bns, netlink(ans) as ipr:
+        ipr.rtnl.request(rtnl.new_veth("eth1", "eth1", bns.fd, group=BUILD_GROUP))
+    assert links(a)["eth1"]["group"] == str(BUILD_GROUP)
+    getattr(driver, then)(row)
+    assert set(links(a)) == set(links(b)) == ({"lo", "eth1"} if then == "update" else {"lo"})
+    if then == "update":
+        for pod in (a, b):
+            assert links(pod)["eth1"]["group"] == "default"
+            assert links(pod)["eth1"]["ifalias"] == "meshwire:lab/1"
+
+
+def test_a_half_made_pair_no_row_wants_is_listed_for_pruning_and_removed(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    with open_netns(a) as ans, open_netns(b) as bns, netlink(ans) as ipr:
+        ipr.rtnl.request(rtnl.new_veth("eth7", "eth7", bns.fd, group=BUILD_GROUP))
+        # Unmarked and in another group: a NOS's, never listed.
+        ipr.rtnl.request(rtnl.new_veth("nos7", "nos8", bns.fd))
+    owned = driver.owned(a)
+    assert [(found.name, found.mark) for found in owned] == [("eth7", None)]
+    driver.remove(a, "eth7")
+    driver.remove(a, "nos7")
+    assert set(links(a)) == {"lo", "nos7"}
+    assert set(links(b)) == {"lo", "nos8"}
+
+
+def test_a_temporary_name_left_by_an_earlier_version_goes_with_the_row(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b)
+    # An earlier version created under temporary names, then renamed.
     local_temp, peer_temp = temp_name(row.key, Role.VETH_LOCAL), temp_name(row.key, Role.VETH_PEER)
     peer_end = [peer_temp, "netns", netns_name(b)]
     ip("-n", netns_name(a), "link", "add", local_temp, "type", "veth", "peer", *peer_end)
-    getattr(driver, then)(row)
-    assert set(links(a)) == set(links(b)) == ({"lo", "eth1"} if then == "update" else {"lo"})
+    driver.delete(row)
+    assert set(links(a)) == set(links(b)) == {"lo"}
 
 
 def test_both_ends_named_alike_in_one_netns_is_a_spec_error(

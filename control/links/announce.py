@@ -12,8 +12,11 @@ packet goes to it.
 
 `frames` is pure. `announce` sends them from a packet socket opened inside
 the pod's netns (`netns.socket_in`); it is best effort: a failure is logged,
-never a link error, since the link itself is right. The drivers queue their
-new ends' announcements on an `Announcer`, which sends them off their path.
+never a link error, since the link itself is right. An end whose far side
+outlives it is announced: the vxlan and macvlan drivers queue their new ends'
+announcements on an `Announcer`, which sends them off their path, and the
+wire manager announces a grpc wire's new TAP. A veth pair is always new on
+both sides and announces nothing.
 """
 
 from __future__ import annotations

@@ -30,11 +30,12 @@ from .vxlan import VXLAN_PORT, VxlanDriver
 
 @dataclass(frozen=True, slots=True)
 class OwnedInterface:
-    """An interface carrying a meshwire mark, as `owned()` finds it."""
+    """An interface carrying a meshwire mark, or half-made (`mark` None: a build cut
+    short, see names.BUILD_GROUP), as `owned()` finds it."""
 
     name: str
     ifindex: int
-    mark: Mark
+    mark: Mark | None
     # IFLA_INFO_KIND: "veth", "vxlan", "macvlan", "tun", ...
     kind: str
 
@@ -80,14 +81,14 @@ class LinkDriver(KindDriver, Protocol):
         ...
 
     def owned(self, netns: str) -> list[OwnedInterface]:
-        """The marked interfaces in `netns`; empty if the netns is gone."""
+        """The marked and half-made interfaces in `netns`; empty if the netns is gone."""
         ...
 
     def remove(self, netns: str, ifname: str) -> None:
-        """Delete `ifname` in `netns` only if it carries a meshwire mark.
+        """Delete `ifname` in `netns` only if it carries a meshwire mark or is half-made.
 
-        A missing netns or interface, or an unmarked interface, is left as it is
-        and is not an error.
+        A missing netns or interface, or any other unmarked interface, is left as
+        it is and is not an error.
         """
         ...
 
@@ -129,7 +130,9 @@ class Drivers:
             except NetnsGone:
                 return []
         return [
-            OwnedInterface(i.name, i.index, i.mark, i.kind) for i in found if i.mark is not None
+            OwnedInterface(i.name, i.index, i.mark, i.kind)
+            for i in found
+            if i.mark is not None or i.half_made
         ]
 
     def remove(self, netns: str, ifname: str) -> None:
@@ -137,7 +140,7 @@ class Drivers:
             try:
                 with open_netns(netns) as ns, netlink(ns) as ipr:
                     found = iface.find(ipr, ifname)
-                    if found is not None and found.mark is not None:
+                    if found is not None and (found.mark is not None or found.half_made):
                         iface.delete(ipr, found.index)
             except (NetnsGone, NotANetns):
                 return
@@ -169,7 +172,7 @@ def kernel_drivers(
     """
     announcer = announcer if announcer is not None else Announcer()
     return {
-        LinkKind.VETH: VethDriver(announcer, reaper),
+        LinkKind.VETH: VethDriver(reaper),
         LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port, announcer),
         LinkKind.MACVLAN: MacvlanDriver(host_netns, announcer),
     }

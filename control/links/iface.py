@@ -21,7 +21,7 @@ from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 
 from . import rtnl
 from .errors import SpecError
-from .names import ADDRESS_PROTO, Mark, parse_mark
+from .names import ADDRESS_PROTO, BUILD_GROUP, Mark, parse_mark
 from .netns import Netlink, Netns
 
 IFF_UP = rtnl.IFF_UP
@@ -45,10 +45,17 @@ class Iface:
     link_netnsid: int | None
     # IFLA_INFO_DATA attributes by name (`IFLA_VXLAN_ID`, `IFLA_MACVLAN_MODE`, ...).
     info: dict[str, Any]
+    # IFLA_GROUP: the interface group (0 is the kernel's default).
+    group: int = 0
     # Made a moment ago by this daemon (lifecycle.create_and_place): it has no
     # address yet but what the kernel gives every interface, so `converge` need not
     # read its addresses. False for anything read from the kernel.
     fresh: bool = False
+
+    @property
+    def half_made(self) -> bool:
+        """Created by meshwire and never marked: a build cut short (see names.BUILD_GROUP)."""
+        return self.mark is None and self.group == BUILD_GROUP
 
 
 def _iface(msg: Any) -> Iface:
@@ -70,6 +77,7 @@ def _iface(msg: Any) -> Iface:
         link=msg.get_attr("IFLA_LINK") or 0,
         link_netnsid=msg.get_attr("IFLA_LINK_NETNSID"),
         info=info,
+        group=msg.get_attr("IFLA_GROUP") or 0,
     )
 
 
@@ -105,6 +113,7 @@ def from_message(body: bytes) -> Iface:
         link=link.link,
         link_netnsid=link.link_netnsid,
         info={},
+        group=link.group,
     )
 
 
@@ -118,10 +127,13 @@ def set_link(
     mtu: int = 0,
     up: bool = False,
     down: bool = False,
+    group: int | None = None,
 ) -> None:
     """Change interface `index` in one request (see `rtnl.set_link`)."""
     ipr.rtnl.request(
-        rtnl.set_link(index, name=name, alias=alias, mac=mac, mtu=mtu, up=up, down=down)
+        rtnl.set_link(
+            index, name=name, alias=alias, mac=mac, mtu=mtu, up=up, down=down, group=group
+        )
     )
 
 

@@ -1,16 +1,22 @@
 """How every kind creates and deletes an interface, and when it may touch one.
 
 Creation: the kernel takes no alias at creation, so an interface created
-under its final name would exist unmarked for a moment, and one left by a
-crash would look foreign forever (a `SpecError` no retry can clear). Instead
-each interface is created right in its pod netns (IFLA_NET_NS_FD in the
+under its final name exists unmarked for a moment, and one left so by a
+crash would look foreign forever (a `SpecError` no retry can clear). So
+what netlink creates (veth, vxlan, macvlan) is created under its final name
+in the interface group `names.BUILD_GROUP`, with its MAC, then marked, taken
+out of the group and raised in one request (`create_marked`). A crash in
+between leaves a half-made interface (`Iface.half_made`): `claim` deletes it
+when its row needs the name, and pruning when no row does. A TAP (made by
+ioctl, which sets no group) is created under its row's temporary name
+(`names.temp_name`), marked, then renamed (`create_and_place`); a leftover
+temporary name is removed by the row's next attempt or its deletion.
+
+Each interface is created right in its pod netns (IFLA_NET_NS_FD in the
 request made from the host netns, so a vxlan's socket and a macvlan's lower
-device stay the host's) under its row's temporary name (`names.temp_name`),
-then marked, then renamed. A crash leaves at worst a temporary name in the pod
-netns, which the row's next attempt or its deletion removes, and which
-pruning sees by its mark once it has one. Creating in place instead of moving
-a finished interface between namespaces saves the kernel's synchronize_net on
-every move: a veth pair costs 9 ms instead of 44 (measured here).
+device stay the host's). Creating in place instead of moving a finished
+interface between namespaces saves the kernel's synchronize_net on every
+move: a veth pair costs 9 ms instead of 44 (measured here).
 """
 
 from __future__ import annotations
@@ -41,15 +47,22 @@ class Placement:
     mac: str = ""
 
 
-def claim(mark: Mark, found: iface.Iface | None, netns: str, intf: str) -> None:
-    """Refuse to touch `found` (the interface holding a row's name) unless it is this link's.
+def claim(
+    mark: Mark, found: iface.Iface | None, netns: str, intf: str, ipr: Any
+) -> iface.Iface | None:
+    """Refuse to touch `found` (the interface holding a row's name, in the netns `ipr`
+    talks to) unless it is this link's; returns what holds the name now.
 
-    An unmarked interface is not meshwire's: `SpecError`, and it is left alone.
+    A half-made interface (a build cut short) is deleted: None. Any other
+    unmarked interface is not meshwire's: `SpecError`, and it is left alone.
     One marked for another link is transient (`LinkError`): that link's removal,
     already queued when a topology renames interfaces, frees the name.
     """
     if found is None or found.mark == mark:
-        return
+        return found
+    if found.half_made:
+        iface.delete(ipr, found.index)
+        return None
     if found.mark is None:
         raise SpecError(
             mark.link,
@@ -79,12 +92,55 @@ def clear_leftovers(ipr: Any, mark: Mark, temps: Sequence[str], where: str = "(h
         iface.delete(ipr, found.index)
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An interface the create call makes as `name` in `netns`, in `names.BUILD_GROUP`;
+    `ipr` is a netlink socket in `netns`."""
+
+    netns: Netns
+    ipr: Any
+    name: str
+
+
+def create_marked(
+    mark: Mark, create: Callable[[], object], targets: Sequence[Target]
+) -> list[iface.Iface]:
+    """Call `create` (it makes each target's interface under its final name, in
+    `names.BUILD_GROUP`, with its MAC), then mark each, take it out of the group
+    and raise it, in one request per interface; returns them as the kernel now has
+    them (`fresh`: no address read back, none is there yet).
+
+    On any failure every target still half-made is deleted (for a veth that
+    also removes the other end) and the error propagates: a failed attempt
+    leaves nothing behind.
+    """
+    create()
+    made = []
+    try:
+        for target in targets:
+            created = iface.find(target.ipr, target.name)
+            if created is None or not created.half_made:
+                raise LinkError(
+                    mark.link, target.netns.path, target.name, "vanished after creation"
+                )
+            iface.set_link(target.ipr, created.index, alias=mark.format(), group=0, up=True)
+            made.append(replace(created, mark=mark, up=True, group=0, fresh=True))
+    except BaseException:
+        for target in targets:
+            left = iface.find(target.ipr, target.name)
+            if left is not None and left.half_made:
+                iface.delete(target.ipr, left.index)
+        raise
+    return made
+
+
 def create_and_place(
     mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
 ) -> list[iface.Iface]:
     """Call `create` (it makes each placement's interface as `temp` in its netns), then
     rename each to its `name`, with its `mac`, marked and up; returns them as the
-    kernel now has them (`fresh`: no address read back, none is there yet).
+    kernel now has them (`fresh`: no address read back, none is there yet). For
+    what cannot be created in a group (a TAP); see `create_marked`.
 
     The MAC is set in the request that raises the interface, before it is up, so
     nothing ever leaves it with another (nor its IPv6 link-local address derived
@@ -137,7 +193,8 @@ def delete_end(
     With a `reaper`, `intf` is set aside (its name free at once, deleted a
     moment later, see aside.py) instead of deleted in the caller's time.
 
-    A gone netns (or a path that is no longer one) or a missing interface is
+    A half-made `kind` interface under the name goes too. A gone netns (or a
+    path that is no longer one) or a missing interface is
     success. The kind check matters when a link changes kind (a pod moved to
     another node): the new kind's interface may already hold the name, with the
     same mark, by the time the old row is deleted.
@@ -145,7 +202,7 @@ def delete_end(
     try:
         with open_netns(netns) as ns, netlink(ns) as ipr:
             found = iface.find(ipr, intf)
-            if found is not None and found.kind == kind and found.mark == mark:
+            if found is not None and found.kind == kind and (found.mark == mark or found.half_made):
                 if reaper is None:
                     iface.delete(ipr, found.index)
                 else:

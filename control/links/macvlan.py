@@ -16,8 +16,8 @@ from ..tables.links import LinkRow
 from . import iface
 from .announce import Announcer
 from .errors import SpecError, blame
-from .lifecycle import Placement, claim, create_and_place, delete_end
-from .names import Mark, Role, temp_name
+from .lifecycle import Target, claim, create_marked, delete_end
+from .names import BUILD_GROUP, Mark, Role, temp_name
 from .netns import CURRENT, Netns, netlink, open_netns
 
 KIND = "macvlan"
@@ -49,25 +49,24 @@ class MacvlanDriver:
             with blame(mark.link, end.netns, end.intf):
                 ns = stack.enter_context(open_netns(end.netns))
                 ipr = stack.enter_context(netlink(ns))
-                found = iface.find(ipr, end.intf)
-                claim(mark, found, end.netns, end.intf)
+                found = claim(mark, iface.find(ipr, end.intf), end.netns, end.intf, ipr)
                 if found is None or not _on(ipr, found, lower, hns, ns):
                     if found is not None:
                         iface.delete(ipr, found.index)
-                    temp = temp_name(row.key, Role.MACVLAN)
                     add = {
-                        "ifname": temp,
+                        "ifname": end.intf,
                         "kind": KIND,
                         "net_ns_fd": ns.fd,
                         "link": lower.index,
                         "macvlan_mode": MACVLAN_MODE_BRIDGE,
+                        "group": BUILD_GROUP,
                     }
                     if row.mtu:
                         add["mtu"] = row.mtu
-                    (found,) = create_and_place(
-                        mark,
-                        lambda: host.link("add", **add),
-                        [Placement(temp, ns, ipr, end.intf, end.mac)],
+                    if end.mac:
+                        add["address"] = end.mac
+                    (found,) = create_marked(
+                        mark, lambda: host.link("add", **add), [Target(ns, ipr, end.intf)]
                     )
                 iface.converge(ipr, found, mark, row.mtu, end.ip)
                 if found.fresh:

@@ -9,13 +9,21 @@ Addresses meshwire assigns carry the address protocol `ADDRESS_PROTO`
 (IFA_PROTO, Linux 6.1+), so a stale one can be told from an address the NOS
 configured on the same interface.
 
-Temporary names: an interface is created in its pod netns under a temporary
-name, marked, then renamed (the kernel cannot set an alias at creation, and an
-unmarked interface left by a crash under its final name would look foreign
-forever; see lifecycle.py). A temporary name is `mw` + 11 hex digits of a hash
-of the row key + one letter for the role: 14 bytes, within IFNAMSIZ, the same on
-every attempt for a row (so the next attempt finds and removes a leftover) and
-distinct between rows barring a 44-bit hash collision.
+Build group: the kernel takes no alias at creation, so an interface created
+by netlink (veth, vxlan, macvlan) is created under its final name in the
+interface group `BUILD_GROUP` (IFLA_GROUP, which creation does take), then
+marked. An interface in that group without a mark is a build cut short (a
+crash between the two requests): it is meshwire's, and is deleted when its
+name is needed or no row wants it (`Iface.half_made`), never taken for a
+foreign one. No renaming: a rename costs the kernel an RCU grace period
+under its lock (synchronize_net), a quarter of a veth pair's build.
+
+Temporary names: a TAP, made by ioctl, cannot be created in a group; it is
+created under a temporary name, marked, then renamed (see lifecycle.py). A
+temporary name is `mw` + 11 hex digits of a hash of the row key + one letter
+for the role: 14 bytes, within IFNAMSIZ, the same on every attempt for a row
+(so the next attempt finds and removes a leftover) and distinct between rows
+barring a 44-bit hash collision.
 
 Aside names: an interface in the way of a new one (the end a restarted pod's
 peer still holds) is renamed `mwold` + its ifindex in 8 hex digits
@@ -33,6 +41,8 @@ MARK_PREFIX = "meshwire:"
 ASIDE_PREFIX = "mwold"
 # Address protocol for addresses meshwire assigns (0-3 are the kernel's own).
 ADDRESS_PROTO = 0x6D
+# The interface group an interface is created in until it is marked ("mwir").
+BUILD_GROUP = 0x6D776972
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,9 @@ built again. An end whose netns was destroyed takes its peer with it, but only
 once the kernel has torn that netns down: a pod restarted a moment ago usually
 left its peer holding the old end.
 
+Each pair is created under its final names (lifecycle.create_marked). A new
+pair announces nothing (announce.py): its two ends are new together, so
+neither side has a neighbour entry on its interface that could name an old MAC.
 Clearing a name never waits for the kernel's deletion (20-27 ms a veth): the
 end holding it is set aside (aside.py: down, renamed, addresses removed) and
 deleted a moment later by the driver's `Reaper`, so a restarted pod's new pair
@@ -24,21 +27,18 @@ from typing import Any
 
 from ..tables.links import LinkRow
 from . import iface, rtnl
-from .announce import Announcer
 from .aside import Reaper
 from .errors import SpecError, blame
-from .lifecycle import Placement, claim, create_and_place, delete_end
-from .names import Mark, Role, temp_name
+from .lifecycle import Target, claim, create_marked, delete_end
+from .names import BUILD_GROUP, Mark, Role, temp_name
 from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
 
 
 class VethDriver:
-    def __init__(self, announcer: Announcer | None = None, reaper: Reaper | None = None) -> None:
-        """`announcer`: where new ends' announcements are queued; `reaper`: what deletes
-        the ends set aside (default: one of its own each)."""
-        self._announcer = announcer if announcer is not None else Announcer()
+    def __init__(self, reaper: Reaper | None = None) -> None:
+        """`reaper`: what deletes the ends set aside (default: one of its own)."""
         self._reaper = reaper if reaper is not None else Reaper()
 
     def update(self, row: LinkRow) -> None:
@@ -49,13 +49,15 @@ class VethDriver:
             with blame(mark.link, row.local.netns, row.local.intf):
                 lns = stack.enter_context(open_netns(row.local.netns))
                 lipr = stack.enter_context(netlink(lns))
-                local = iface.find(lipr, row.local.intf)
-            claim(mark, local, row.local.netns, row.local.intf)
+                local = claim(
+                    mark, iface.find(lipr, row.local.intf), row.local.netns, row.local.intf, lipr
+                )
             with blame(mark.link, row.peer.netns, row.peer.intf):
                 pns = stack.enter_context(open_netns(row.peer.netns))
                 pipr = stack.enter_context(netlink(pns))
-                peer = iface.find(pipr, row.peer.intf)
-            claim(mark, peer, row.peer.netns, row.peer.intf)
+                peer = claim(
+                    mark, iface.find(pipr, row.peer.intf), row.peer.netns, row.peer.intf, pipr
+                )
             if lns.identity == pns.identity and row.local.intf == row.peer.intf:
                 raise SpecError(
                     mark.link, row.peer.netns, row.peer.intf, "both ends have one name in one netns"
@@ -67,9 +69,6 @@ class VethDriver:
                 iface.converge(lipr, local, mark, row.mtu, row.local.ip)
             with blame(mark.link, row.peer.netns, row.peer.intf):
                 iface.converge(pipr, peer, mark, row.mtu, row.peer.ip)
-            if local.fresh:
-                self._announcer.later(row.local)
-                self._announcer.later(row.peer)
 
     def delete(self, row: LinkRow) -> None:
         """Remove both ends if they are this link's veths; a gone netns or end is success."""
@@ -97,17 +96,21 @@ class VethDriver:
         for ipr, ns, found in (local, peer):
             if found is not None:
                 self._reaper.set_aside(ipr, ns, found)
-        local_temp, peer_temp = _temps(row)
-        create = rtnl.new_veth(local_temp, peer_temp, peer[1].fd, row.mtu)
+        create = rtnl.new_veth(
+            row.local.intf,
+            row.peer.intf,
+            peer[1].fd,
+            row.mtu,
+            group=BUILD_GROUP,
+            mac=row.local.mac,
+            peer_mac=row.peer.mac,
+        )
         # Asked of the local end's netns, where that end is made; the peer's
         # goes straight into its own.
-        made = create_and_place(
+        made = create_marked(
             mark,
             lambda: local[0].rtnl.request(create),
-            [
-                Placement(local_temp, local[1], local[0], row.local.intf, row.local.mac),
-                Placement(peer_temp, peer[1], peer[0], row.peer.intf, row.peer.mac),
-            ],
+            [Target(local[1], local[0], row.local.intf), Target(peer[1], peer[0], row.peer.intf)],
         )
         return made[0], made[1]
 

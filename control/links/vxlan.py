@@ -28,8 +28,8 @@ from ..tables.links import LinkRow
 from . import iface, rtnl
 from .announce import Announcer
 from .errors import SpecError, blame
-from .lifecycle import Placement, claim, create_and_place, delete_end
-from .names import Mark, Role, temp_name
+from .lifecycle import Target, claim, create_marked, delete_end
+from .names import BUILD_GROUP, Mark, Role, temp_name
 from .netns import CURRENT, netlink, open_netns
 
 KIND = "vxlan"
@@ -60,18 +60,23 @@ class VxlanDriver:
         with ExitStack() as stack, blame(mark.link, end.netns, end.intf):
             ns = stack.enter_context(open_netns(end.netns))
             ipr = stack.enter_context(netlink(ns))
-            found = iface.find(ipr, end.intf)
-            claim(mark, found, end.netns, end.intf)
+            found = claim(mark, iface.find(ipr, end.intf), end.netns, end.intf, ipr)
             if found is None or found.kind != KIND or not _has(found, want):
                 if found is not None:
                     iface.delete(ipr, found.index)
-                temp = temp_name(row.key, Role.VXLAN)
-                add = rtnl.new_vxlan(temp, ns.fd, row.vni, remote, self._port, row.mtu)
+                add = rtnl.new_vxlan(
+                    end.intf,
+                    ns.fd,
+                    row.vni,
+                    remote,
+                    self._port,
+                    row.mtu,
+                    group=BUILD_GROUP,
+                    mac=end.mac,
+                )
                 with open_netns(self._host) as hns, netlink(hns) as host:
-                    (found,) = create_and_place(
-                        mark,
-                        lambda: self._add(host, add, row),
-                        [Placement(temp, ns, ipr, end.intf, end.mac)],
+                    (found,) = create_marked(
+                        mark, lambda: self._add(host, add, row), [Target(ns, ipr, end.intf)]
                     )
             iface.converge(ipr, found, mark, row.mtu, end.ip)
             if found.fresh:
