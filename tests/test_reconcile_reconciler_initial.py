@@ -14,6 +14,7 @@ import asyncio
 
 from reconciler_helpers import Pause, Scenario
 
+from meshwire.control.model.topology import Topology
 from meshwire.control.tables.links import State
 
 
@@ -73,4 +74,31 @@ async def test_a_status_change_wakes_those_waiting_on_that_row_only() -> None:
         on_other.cancel()
     finally:
         pause.go.set()
+        await scenario.daemon.stop()
+
+
+async def test_a_derivation_step_wakes_those_waiting_for_pending_changes() -> None:
+    # A CNI ADD whose pod has a topology change not yet derived looks again as
+    # soon as the derive loop applied it, instead of waiting out its poll.
+    scenario = Scenario("step wake")
+    scenario.cmd_pod("r1", "r2")
+    scenario.cmd_synced()
+    desired = scenario.daemon.desired
+    try:
+        # A change the derive loop has not taken yet.
+        scenario.daemon.topologies.upsert(Topology("default", "r3"))
+        assert desired.pending()
+        woken = asyncio.create_task(desired.stepped())
+        cancelled = asyncio.create_task(desired.stepped())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not woken.done()
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+
+        desired.step()
+        await asyncio.wait_for(woken, 30)
+        assert not desired.pending()
+        assert cancelled.cancelled()
+    finally:
         await scenario.daemon.stop()

@@ -34,7 +34,6 @@ sandbox only once the DEL of the old one succeeded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -240,6 +239,19 @@ class DaemonCniHandler:
         )
         return True
 
+    async def _changed(self, keys: set[str], within: float) -> None:
+        """Until a status of `keys` is set again, the pending derivation step ran, or
+        `within` s passed."""
+        waits = [asyncio.ensure_future(self.reconciler.status_change(keys))]
+        if self.desired.pending():
+            waits.append(asyncio.ensure_future(self.desired.stepped()))
+        try:
+            await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.
 
@@ -293,10 +305,10 @@ class DaemonCniHandler:
                     f"pod {pod_key}: links not realised within {self.add_timeout:g}s"
                     + (f": {'; '.join(errors)}" if errors else ""),
                 )
-            # Woken early when one of the pod's links changes status: they are
-            # usually realised within one poll, and waiting the poll out would
-            # be most of a restart's time. Rows derivation adds meanwhile are
-            # seen at the next poll.
+            # Woken early when one of the pod's links changes status, or when
+            # derivation applied what was pending: the links are usually realised
+            # within one poll, and waiting the poll out would be most of a
+            # restart's time. Rows derivation adds meanwhile are seen at the next
+            # wake-up.
             keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.reconciler.status_change(keys), polls.next_delay())
+            await self._changed(keys, polls.next_delay())

@@ -16,6 +16,7 @@ emulation moves between the kernel's path and the workers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods
@@ -45,12 +46,25 @@ class DesiredLinks:
         self.problems: dict[str, list[str]] = {}
         self.rebuilds = rebuilds if rebuilds is not None else Rebuilds()
         self._tracker = topologies.track()
+        # Callers of `stepped()` waiting for the next step, resolved by it.
+        self._steppers: list[asyncio.Future[None]] = []
 
     def pending(self) -> bool:
         return self.topologies.revision > self._tracker.revision
 
     async def wait(self) -> None:
         await self._tracker.wait()
+
+    async def stepped(self) -> None:
+        """Return once the next `step` has run: how a caller that saw `pending()` learns,
+        without polling, that the changes were applied. Cancelling it leaves nothing."""
+        step: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._steppers.append(step)
+        try:
+            await step
+        finally:
+            if step in self._steppers:
+                self._steppers.remove(step)
 
     def step(self) -> set[str]:
         """Apply every topology change since the last step; returns the pods re-derived."""
@@ -60,6 +74,10 @@ class DesiredLinks:
             affected |= self.topologies.dependents(key)
         if affected:
             self.rederive(affected)
+        steppers, self._steppers = self._steppers, []
+        for step in steppers:
+            if not step.done():
+                step.set_result(None)
         return affected
 
     def rederive_all(self) -> None:
