@@ -41,6 +41,7 @@ from typing import Protocol
 
 from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
 from meshwire.control.common.retries import Backoff, BackoffPolicy
+from meshwire.control.common.waits import first
 from meshwire.control.daemon.placements import PlacementKeeper, write_placement
 from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import DesiredLinks
@@ -242,15 +243,10 @@ class DaemonCniHandler:
     async def _changed(self, keys: set[str], within: float) -> None:
         """Until a status of `keys` is set again, the pending derivation step ran, or
         `within` s passed."""
-        waits = [asyncio.ensure_future(self.reconciler.status_change(keys))]
         if self.desired.pending():
-            waits.append(asyncio.ensure_future(self.desired.stepped()))
-        try:
-            await asyncio.wait(waits, timeout=within, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+            await first(self.reconciler.status_change(keys), self.desired.stepped(), within=within)
+        else:
+            await first(self.reconciler.status_change(keys), within=within)
 
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.

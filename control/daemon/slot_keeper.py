@@ -45,6 +45,7 @@ from kubernetes.aio.client.exceptions import ApiException
 from meshwire.control.common import slots
 from meshwire.control.common.ids import Slot
 from meshwire.control.common.retries import Backoff, BackoffPolicy, Clock
+from meshwire.control.common.waits import first
 from meshwire.control.informer.failure import describe
 from meshwire.control.informer.informer import RECONNECT
 from meshwire.control.tables.topologies import TopologyTable
@@ -227,7 +228,7 @@ class SlotKeeper:
                 await self._write(claim, release)
                 backoff.healthy()
                 return
-            await _first(self._kick.wait(), tracker.wait(), within=wake_in)
+            await first(self._kick.wait(), tracker.wait(), within=wake_in)
             self._retry_exhausted = True
 
         try:
@@ -379,13 +380,3 @@ def _is_object_missing(err: ApiException) -> bool:
     except ValueError:
         return False
     return bool(details.get("name") == slots.NAME)
-
-
-async def _first(*waits: Any, within: float | None) -> None:
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, timeout=within, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
