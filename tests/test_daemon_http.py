@@ -96,3 +96,27 @@ async def test_links_answers_the_report_for_the_state_asked_and_400_for_a_bad_on
     assert bad == (400, "state 'bogus' is not one of pending, done, error\n")
     assert counted[0] == 200
     assert asked == [("", False), ("error", False), ("bogus", False), ("", True)]
+
+
+async def test_placement_answers_the_pods_placement_as_read_and_names_what_is_wrong() -> None:
+    def placement(pod: str) -> dict[str, Any] | None:
+        if pod != "lab/r1":
+            return None
+        return {"src_ip": "169.254.0.11", "net_ns": "/var/run/netns/x", "deriving": False}
+
+    port = free_port()
+    server = HealthServer(f"127.0.0.1:{port}", CollectorRegistry(), lambda: "", None, placement)
+    await server.start()
+    try:
+        known = await get(f"http://127.0.0.1:{port}/placement?pod=lab/r1")
+        unknown = await get(f"http://127.0.0.1:{port}/placement?pod=lab/r9")
+        bad = await get(f"http://127.0.0.1:{port}/placement?pod=r1")
+    finally:
+        await server.stop()
+
+    assert known[0] == 200
+    assert json.loads(known[1]) == {
+        "src_ip": "169.254.0.11", "net_ns": "/var/run/netns/x", "deriving": False
+    }  # fmt: skip
+    assert unknown == (404, "no Topology lab/r9\n")
+    assert bad == (400, "pod: give it as NAMESPACE/NAME\n")

@@ -249,6 +249,7 @@ class Daemon:
                 self.metrics.registry,
                 self.not_ready,
                 self._link_report,
+                self._placement,
             ),
         )
 
@@ -363,6 +364,17 @@ class Daemon:
         removed = await prune(self.reconciler, self.driver, namespaces)
         if removed:
             self.metrics.pruned.inc(removed)
+
+    def _placement(self, pod_key: str) -> dict[str, Any] | None:
+        """`/placement`: the pod's placement as read, and whether derivation is behind."""
+        topology = self.topologies.get(pod_key)
+        if topology is None:
+            return None
+        return {
+            "src_ip": topology.status.src_ip,
+            "net_ns": topology.status.net_ns,
+            "deriving": self.desired.pending(),
+        }
 
     def _wire_problems(self, keys: set[str]) -> list[str]:
         return self.wire.manager.problems(keys)

@@ -8,6 +8,11 @@ is the node's link ends with their state as JSON (link_report.py);
 `/links?state=error` only the failing ones, an unknown state is a 400;
 `/links?counters=1` adds each end's kernel counters (link_counters.py), read
 fresh: one link dump per pod netns, so a poller pays for what it asks.
+`/placement?pod=NS/NAME` is the pod's placement as this daemon has read it
+from its Topology status (`src_ip`, `net_ns`) and whether topology changes
+are still waiting to be derived (`deriving`); 404 for a pod it has no
+Topology of. A caller that just moved a pod learns from it when every node
+has seen the move (`lab restart-pod` waits for it).
 """
 
 from __future__ import annotations
@@ -29,16 +34,19 @@ class HealthServer:
         registry: CollectorRegistry,
         not_ready: Callable[[], str],
         links: Callable[[str, bool], Awaitable[list[dict[str, Any]]]] | None = None,
+        placement: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         """`not_ready()` returns "" when ready, else what is still missing;
         `links(state, counters)` the `/links` entries, with kernel counters when
-        `counters`, raising ValueError for a bad state."""
+        `counters`, raising ValueError for a bad state; `placement(pod_key)` the
+        `/placement` answer, None for a pod with no Topology."""
         host, self.port = hostport.split(listen)
         # aiohttp binds every address of both families for None (":51100").
         self.host: str | None = host or None
         self._registry = registry
         self._not_ready = not_ready
         self._links = links or _no_links
+        self._placement = placement or _no_placement
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -47,6 +55,7 @@ class HealthServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/links", self._links_json)
+        app.router.add_get("/placement", self._placement_json)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
@@ -84,6 +93,19 @@ class HealthServer:
             text=json.dumps(entries, indent=1) + "\n", content_type="application/json"
         )
 
+    async def _placement_json(self, request: web.Request) -> web.Response:
+        pod = request.query.get("pod", "")
+        if pod.count("/") != 1:
+            return web.Response(status=400, text="pod: give it as NAMESPACE/NAME\n")
+        answer = self._placement(pod)
+        if answer is None:
+            return web.Response(status=404, text=f"no Topology {pod}\n")
+        return web.Response(text=json.dumps(answer) + "\n", content_type="application/json")
+
 
 async def _no_links(state: str, counters: bool) -> list[dict[str, Any]]:
     return []
+
+
+def _no_placement(pod: str) -> dict[str, Any] | None:
+    return None

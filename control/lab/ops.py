@@ -9,6 +9,7 @@ Without daemons (`up --no-daemon`) the pod operations only redo the namespaces.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -16,12 +17,16 @@ from meshwire.control.lab import nodes, pods, processes
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.links import lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
+from meshwire.control.lab.probe import http_get
 from meshwire.control.lab.runtime import Runtime
-from meshwire.control.lab.state import LabDir, LabState
+from meshwire.control.lab.state import LabDir, LabState, PodRecord
 from meshwire.control.lab.up import LINKS_TIMEOUT, start_api, start_daemon, wait_links, wait_ready
+from meshwire.dataplane import hostport
 
 # A partition longer than this is a node lost, not a partition the lab waits out.
 MAX_PARTITION = 600.0
+# Seconds between two looks at the daemons' `/placement` of a pod just moved.
+PLACEMENT_POLL = 0.01
 
 
 def restart_pod(
@@ -33,7 +38,7 @@ def restart_pod(
     pods.detach(lab, state, pod, shim)
     pods.recreate_netns(lab, state, pod)
     pods.attach(lab, state, pod, shim)
-    _wait_pod_links(state, pod.key, wait)
+    _wait_pod_links(lab, state, pod, wait)
     return f"pod {pod.key} restarted on {pod.node} (container {pod.container_id[:12]})"
 
 
@@ -55,19 +60,53 @@ def move_pod(
     pod.node = node
     pods.recreate_netns(lab, state, pod)
     pods.attach(lab, state, pod, shim)
-    _wait_pod_links(state, pod.key, wait)
+    _wait_pod_links(lab, state, pod, wait)
     return f"pod {pod.key} moved from {old} to {node}"
 
 
-def _wait_pod_links(state: LabState, key: str, wait: float) -> None:
-    """Until every link with an end on pod `key` is up at both ends (daemons only; a
-    `wait` of 0 returns at once)."""
+def _wait_pod_links(lab: LabDir, state: LabState, pod: PodRecord, wait: float) -> None:
+    """Until every node's daemon has read the pod's new placement, and every link with
+    an end on the pod is up at both ends (daemons only; a `wait` of 0 returns at once).
+
+    The first wait matters for the far ends on other nodes: until their daemon
+    has read the move, the ends it still has are the old ones, which it may yet
+    take down (a peer gone longer than `reconcile.debounce`) and build again."""
     if not state.with_daemons or wait <= 0:
         return
+    deadline = time.monotonic() + wait
+    _wait_placement_seen(lab, state, pod, deadline)
     placement = {k: p.node for k, p in state.pods.items()}
     links = lab_links(topologies_of(state.topologies), placement, state.inter_node_link_type)
-    mine = [link for link in links if key in (link.a.pod, link.b.pod)]
-    wait_links(state, LabNames(state.name), mine, wait)
+    mine = [link for link in links if pod.key in (link.a.pod, link.b.pod)]
+    wait_links(state, LabNames(state.name), mine, max(0.0, deadline - time.monotonic()))
+
+
+def _wait_placement_seen(lab: LabDir, state: LabState, pod: PodRecord, deadline: float) -> None:
+    """Until every node's daemon that answers says (`/placement`) it has read the pod's
+    current placement and derived it. A daemon that does not answer is not waited
+    for: one that starts again lists what is there."""
+    want = (state.nodes[pod.node].ip, str(pods.sandbox_path(lab, pod)))
+    path = f"/placement?pod={pod.namespace}/{pod.name}"
+    waiting = set(state.nodes)
+    while True:
+        for node in sorted(waiting):
+            record = state.nodes[node]
+            host, port = hostport.split(record.metrics)
+            answer = http_get(host, port, path, netns=record.netns)
+            if answer is None:
+                waiting.discard(node)
+            elif answer[0] == 200:
+                seen = json.loads(answer[1])
+                if (seen["src_ip"], seen["net_ns"]) == want and not seen["deriving"]:
+                    waiting.discard(node)
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise LabError(
+                f"pod {pod.key}: the daemons of {', '.join(sorted(waiting))} have not read "
+                f"its placement ({want[0]}, {want[1]}) yet"
+            )
+        time.sleep(PLACEMENT_POLL)
 
 
 def kill_daemon(lab: LabDir, state: LabState, runtime: Runtime, node: str) -> str:
