@@ -47,17 +47,16 @@ class Placement:
     mac: str = ""
 
 
-def claim(
-    mark: Mark, found: iface.Iface | None, netns: str, intf: str, ipr: Any
-) -> iface.Iface | None:
-    """Refuse to touch `found` (the interface holding a row's name, in the netns `ipr`
-    talks to) unless it is this link's; returns what holds the name now.
+def claim(mark: Mark, ipr: Any, netns: str, intf: str) -> iface.Iface | None:
+    """The interface holding a row's name `intf` in `netns` (`ipr` talks to it), or None;
+    refuses to touch it unless it is this link's.
 
     A half-made interface (a build cut short) is deleted: None. Any other
     unmarked interface is not meshwire's: `SpecError`, and it is left alone.
     One marked for another link is transient (`LinkError`): that link's removal,
     already queued when a topology renames interfaces, frees the name.
     """
+    found = iface.find(ipr, intf)
     if found is None or found.mark == mark:
         return found
     if found.half_made:

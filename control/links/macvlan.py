@@ -49,7 +49,7 @@ class MacvlanDriver:
             with blame(mark.link, end.netns, end.intf):
                 ns = stack.enter_context(open_netns(end.netns))
                 ipr = stack.enter_context(netlink(ns))
-                found = claim(mark, iface.find(ipr, end.intf), end.netns, end.intf, ipr)
+                found = claim(mark, ipr, end.netns, end.intf)
                 if found is None or not _on(ipr, found, lower, hns, ns):
                     if found is not None:
                         iface.delete(ipr, found.index)

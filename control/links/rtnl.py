@@ -217,13 +217,18 @@ def new_vxlan(
     return RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body
 
 
+def _mac_attr(mac: str) -> bytes:
+    """IFLA_ADDRESS of `mac` ("02:00:5e:10:00:01")."""
+    return attr(IFLA_ADDRESS, bytes.fromhex(mac.replace(":", "")))
+
+
 def _created_attrs(mtu: int, group: int, mac: str) -> bytes:
     """What creation sets beside the name: MTU, group and MAC, each if given."""
     out = attr_u32(IFLA_MTU, mtu) if mtu else b""
     if group:
         out += attr_u32(IFLA_GROUP, group)
     if mac:
-        out += attr(IFLA_ADDRESS, bytes.fromhex(mac.replace(":", "")))
+        out += _mac_attr(mac)
     return out
 
 
@@ -251,7 +256,7 @@ def set_link(
         # The kernel takes the alias as it is, no terminating NUL (IFALIASZ counts bytes).
         body += attr(IFLA_IFALIAS, alias.encode())
     if mac:
-        body += attr(IFLA_ADDRESS, bytes.fromhex(mac.replace(":", "")))
+        body += _mac_attr(mac)
     if mtu:
         body += attr_u32(IFLA_MTU, mtu)
     if group is not None:

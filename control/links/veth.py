@@ -49,15 +49,11 @@ class VethDriver:
             with blame(mark.link, row.local.netns, row.local.intf):
                 lns = stack.enter_context(open_netns(row.local.netns))
                 lipr = stack.enter_context(netlink(lns))
-                local = claim(
-                    mark, iface.find(lipr, row.local.intf), row.local.netns, row.local.intf, lipr
-                )
+                local = claim(mark, lipr, row.local.netns, row.local.intf)
             with blame(mark.link, row.peer.netns, row.peer.intf):
                 pns = stack.enter_context(open_netns(row.peer.netns))
                 pipr = stack.enter_context(netlink(pns))
-                peer = claim(
-                    mark, iface.find(pipr, row.peer.intf), row.peer.netns, row.peer.intf, pipr
-                )
+                peer = claim(mark, pipr, row.peer.netns, row.peer.intf)
             if lns.identity == pns.identity and row.local.intf == row.peer.intf:
                 raise SpecError(
                     mark.link, row.peer.netns, row.peer.intf, "both ends have one name in one netns"

@@ -60,7 +60,7 @@ class VxlanDriver:
         with ExitStack() as stack, blame(mark.link, end.netns, end.intf):
             ns = stack.enter_context(open_netns(end.netns))
             ipr = stack.enter_context(netlink(ns))
-            found = claim(mark, iface.find(ipr, end.intf), end.netns, end.intf, ipr)
+            found = claim(mark, ipr, end.netns, end.intf)
             if found is None or found.kind != KIND or not _has(found, want):
                 if found is not None:
                     iface.delete(ipr, found.index)

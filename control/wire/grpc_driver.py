@@ -47,7 +47,7 @@ class GrpcDriver:
         with ExitStack() as stack, blame(mark.link, end.netns, end.intf):
             ns = stack.enter_context(open_netns(end.netns))
             ipr = stack.enter_context(netlink(ns))
-            found = claim(mark, iface.find(ipr, end.intf), end.netns, end.intf, ipr)
+            found = claim(mark, ipr, end.netns, end.intf)
             fd = None
             if found is None or found.kind != KIND:
                 if found is not None:
