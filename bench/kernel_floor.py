@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from meshwire.control.lab import netns
@@ -38,7 +40,6 @@ from meshwire.control.links.netns import open_netns, socket_in
 BASE = ipaddress.IPv4Address("10.64.0.0")
 MAX_PAIRS = 1 << 14
 IFF_UP = 0x1
-IFLA_IFNAME = 3
 IFLA_OPERSTATE = 16
 IF_OPER_UP = 6
 POLL = 0.01
@@ -78,13 +79,8 @@ def up_names(name: str) -> set[str]:
     """Interfaces of netns `name` (a name or a path) that are up with carrier (operstate
     UP; loopback's is UNKNOWN), from one raw dump: a pyroute2 dump of 3,000 interfaces
     costs a good part of a second of the CPU being measured."""
-    path = name if name.startswith("/") else f"/var/run/netns/{name}"
-    with open_netns(path) as ns:
-        sock = rtnl.Rtnl(socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE))
-    try:
+    with rtnl_in(name) as sock:
         replies = sock.request(rtnl.dump_links())
-    finally:
-        sock.close()
     return {
         rtnl.parse_name(body)
         for kind, body in replies
@@ -96,7 +92,7 @@ def configured_names(name: str) -> set[str]:
     """Interfaces of netns `name` (a name or a path) that are up (IFF_UP, carrier or
     not) and have an address: what `ip -batch` has made by the time it returns.
     One raw dump of the links and one of the addresses."""
-    with _socket_in(name) as sock:
+    with rtnl_in(name) as sock:
         addressed = addressed_indexes(sock)
         links = sock.request(rtnl.dump_links())
     out = set()
@@ -105,7 +101,7 @@ def configured_names(name: str) -> set[str]:
             continue
         _, _, index, flags, _ = rtnl.IFINFOMSG.unpack_from(body)
         if flags & IFF_UP and index in addressed:
-            out.add(_name(body))
+            out.add(rtnl.parse_name(body))
     return out
 
 
@@ -113,11 +109,12 @@ def addressed_count(name: str) -> int:
     """How many interfaces of netns `name` have an address: one address dump, which
     costs the kernel and this process far less than a dump of the links (a cheap
     look before `configured_names`)."""
-    with _socket_in(name) as sock:
+    with rtnl_in(name) as sock:
         return len(addressed_indexes(sock))
 
 
 def addressed_indexes(sock: rtnl.Rtnl) -> set[int]:
+    """The ifindexes with an address in `sock`'s netns (one address dump)."""
     return {
         rtnl.IFADDRMSG.unpack_from(body)[4]
         for kind, body in sock.request(rtnl.get_addresses(0))
@@ -125,31 +122,16 @@ def addressed_indexes(sock: rtnl.Rtnl) -> set[int]:
     }
 
 
-class _socket_in:
+@contextmanager
+def rtnl_in(name: str) -> Iterator[rtnl.Rtnl]:
     """A raw rtnetlink socket in netns `name` (a name or a path), closed on exit."""
-
-    def __init__(self, name: str) -> None:
-        path = name if name.startswith("/") else f"/var/run/netns/{name}"
-        with open_netns(path) as ns:
-            self._sock = rtnl.Rtnl(
-                socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
-            )
-
-    def __enter__(self) -> rtnl.Rtnl:
-        return self._sock
-
-    def __exit__(self, *_: object) -> None:
-        self._sock.close()
-
-
-def _name(body: bytes) -> str:
-    """An RTM_NEWLINK body's name; the kernel puts IFLA_IFNAME first, so one look
-    mostly does (a full walk of ~50 attributes per interface is most of a dump's cost)."""
-    at = rtnl.IFINFOMSG.size
-    length, kind = rtnl.NLA_HDR.unpack_from(body, at)
-    if kind & rtnl.NLA_TYPE_MASK == IFLA_IFNAME:
-        return body[at + rtnl.NLA_HDR.size : at + length].rstrip(b"\0").decode()
-    return rtnl.parse_name(body)
+    path = name if name.startswith("/") else f"/var/run/netns/{name}"
+    with open_netns(path) as ns:
+        sock = rtnl.Rtnl(socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE))
+    try:
+        yield sock
+    finally:
+        sock.close()
 
 
 def carrier(body: bytes) -> bool:
