@@ -135,3 +135,37 @@ def test_a_namespace_missing_or_being_deleted_reads_as_having_no_interface(
     assert netns_ends(str(unmounted)) == {}
     assert netns_ends(str(tmp_path / "missing")) == {}
     assert "lo" in netns_ends("/proc/thread-self/ns/net")
+
+
+def test_an_end_reads_as_pyroute2_decodes_it(lab: Lab) -> None:
+    # netns_ends decodes the link dump itself; each field must match pyroute2's reading.
+    hand_made_veth(lab, ("r1", "eth2", "10.9.0.1/30"), ("r3", "eth1", "10.9.0.2/30"))
+    ns = f"{lab.prefix}default.r1"
+
+    def pyroute2_view() -> dict[str, object]:
+        with IPRoute() as ipr:
+            (link,) = ipr.get_links(ifname="eth2")
+            stats = link.get_attr("IFLA_STATS64")
+            return {
+                "mtu": link.get_attr("IFLA_MTU"),
+                "mac": link.get_attr("IFLA_ADDRESS"),
+                "carrier": link.get_attr("IFLA_CARRIER") == 1,
+                "rx_dropped": stats["rx_dropped"],
+                "tx_dropped": stats["tx_dropped"],
+            }
+
+    end = netns_ends(ns)["eth2"]
+    expected = netns.in_netns(ns, pyroute2_view)
+    assert end.exists and end.admin_up
+    assert {
+        "mtu": end.mtu,
+        "mac": end.mac,
+        "carrier": end.up,
+        "rx_dropped": end.rx_dropped,
+        "tx_dropped": end.tx_dropped,
+    } == expected
+    assert len(end.mac) == 17 and end.mtu == 1500
+    # Packets sent out of it count: the counters come from the same message.
+    before = end.tx_packets
+    lab.run("check")
+    assert netns_ends(ns)["eth2"].tx_packets > before
