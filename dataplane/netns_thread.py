@@ -60,18 +60,35 @@ def _setns_fd(fd: int, name: str) -> None:
 def call_in_netns(netns: str | int, fn: Callable[[], T], name: str = "") -> T:
     """`fn()` run in `netns` (a path, or an open fd labelled `name`); its result or
     its exception, including `setns`'s."""
+    return _on_thread(lambda: setns(netns, name), fn, name or str(netns))
+
+
+def call_in_new_netns(fn: Callable[[], T]) -> T:
+    """`fn()` run in a network namespace made for it (`unshare`); its result or its
+    exception, including `unshare`'s. The namespace lives on only if `fn` keeps a
+    reference to it: a bind mount of /proc/thread-self/ns/net, a socket."""
+
+    def unshare() -> None:
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"unshare a new netns: {os.strerror(code)}")
+
+    return _on_thread(unshare, fn, "new")
+
+
+def _on_thread(enter: Callable[[], None], fn: Callable[[], T], label: str) -> T:
     outcome: list[T] = []
     failure: list[BaseException] = []
 
     def enter_and_call() -> None:
         try:
-            setns(netns, name)
+            enter()
             outcome.append(fn())
         except BaseException as exc:
             failure.append(exc)
 
     # The thread ends right after: its changed netns never runs anything else.
-    thread = threading.Thread(target=enter_and_call, name=f"meshwire-netns {name or netns}")
+    thread = threading.Thread(target=enter_and_call, name=f"meshwire-netns {label}")
     thread.start()
     thread.join()
     if failure:
