@@ -14,10 +14,12 @@ links gRPC wires instead.
 It runs the real commands as a user would (`meshwire lab up`, `check`,
 `down`, lab name `scale`) and times them from outside:
 
-- `up`, split at its progress lines: hub and API, apply (every Topology
-  through the API), nodes, daemons (start until /readyz), pod namespaces,
-  CNI ADDs (first to last answer; each ADD returns once its pod's links to
-  running peers exist), and the final wait until every link end exists;
+- `up`, split at its progress lines: hub and API, apply (its start: every
+  Topology goes through the API in the background from here), nodes,
+  daemons (started), pod namespaces, ready (until every daemon answers
+  /readyz and the apply has ended), CNI ADDs (first to last answer; each ADD
+  returns once its pod's links to running peers exist), and the final wait
+  until every link end exists;
 - per node, from its daemon's /metrics just after `up`: link operations and
   the seconds they took (`meshwire_reconcile_duration_seconds`), so the
   convergence work of each node is seen apart from the waiting;
@@ -128,6 +130,7 @@ PHASES = [
     ("nodes", re.compile(r"node node")),
     ("daemons", re.compile(r"daemon on ")),
     ("netns", re.compile(r"\d+ pod namespaces")),
+    ("ready", re.compile(r"daemons ready")),
     ("cni", re.compile(r"pod \S+ on node")),
     ("links", re.compile(r"links$")),
 ]

@@ -57,6 +57,35 @@ def test_down_after_a_failed_up_removes_what_up_had_made(
         assert_nothing_left(lab, pids)
 
 
+class FailingApply(StubRuntime):
+    """The API refuses the topology: apply says why on stderr and exits 1."""
+
+    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
+        return ["sh", "-c", "sleep 0.5; echo 'topology r9: refused' >&2; exit 1"]
+
+
+def test_a_failed_apply_stops_up_before_any_add_and_down_removes_what_up_had_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The apply runs while the nodes, daemons and namespaces are made; its failure
+    # still stops up, with the API's words, before any pod is added.
+    added = tmp_path / "added"
+    shim = tmp_path / "shim"
+    shim.write_text(f"#!/bin/sh\ntouch {added}\n")
+    shim.chmod(0o755)
+    with unique_lab(tmp_path) as lab:
+        assert up(lab, FailingApply(tmp_path, cni=str(shim))) == 1
+        err = capsys.readouterr().err
+        assert "apply " in err and "topology r9: refused" in err
+        assert not added.exists()
+        pids = recorded_pids(lab)
+        assert len(host_netns_names(lab.prefix)) == 1 + 2 + 3  # hub, nodes, pods
+
+        assert lab.run("down") == 0
+
+        assert_nothing_left(lab, pids)
+
+
 def test_down_twice_is_harmless_and_the_second_finds_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

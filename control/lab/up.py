@@ -4,10 +4,11 @@ Order: read and check every input (lab file, placement, base config, and with
 `--kubeconfig` the API server and its Topology CRD) before creating anything;
 then the lab directory and state file, the hub, the API and its relay (with
 `--kubeconfig`: the namespaces and RBAC objects on the user's server instead,
-see kube.py), the topology applied, the nodes, their daemons (each waited
-until /readyz answers 200), the pods (all namespaces, then CNI ADD on their
-nodes, several at once as a runtime starting many pods does), and finally a
-bounded wait until every end of every wired link exists in its pod and is up
+see kube.py); then, while the topology is applied in the background, the
+nodes, their daemons and every pod's namespace; then a wait until each daemon
+answers /readyz with 200 and the apply has ended; then CNI ADD of the pods on
+their nodes, several at once as a runtime starting many pods does; and finally
+a bounded wait until every end of every wired link exists in its pod and is up
 with carrier (a gRPC wire's TAP has carrier once both nodes joined it). Any failure
 raises LabError and leaves the state file complete enough for `lab down`.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,7 +122,7 @@ def _up(
     copy.parent.mkdir(exist_ok=True)
     shutil.copyfile(options.file, copy)
     daemon_steps = options.nodes if runtime.with_daemons else 0
-    progress.begin(3 + options.nodes + daemon_steps + 1 + len(topologies) + 1)
+    progress.begin(4 + options.nodes + daemon_steps + 1 + len(topologies) + 1)
 
     progress.step(f"hub {names.hub_netns}, bridge {names.bridge} {HUB_IP}")
     state.netns.append(names.hub_netns)
@@ -132,7 +134,7 @@ def _up(
         start_api(lab, state, names, runtime)
         progress.step("apply topology")
         _start_host_relay(lab, state, names, progress)
-        _apply(runtime, names.hub_netns, copy, state.api_url)
+        applying = Apply(runtime, copy, names.hub_netns, state.api_url)
     else:
         progress.step(f"API server {kube.server}: namespaces, ServiceAccount, RBAC")
 
@@ -142,23 +144,31 @@ def _up(
 
         kube.prepare(sorted({t.namespace for t in topologies}), record)
         progress.step("apply topology")
-        _apply(runtime, None, copy, "", kubeconfig=kube.kubeconfig)
+        applying = Apply(runtime, copy, kubeconfig=kube.kubeconfig)
 
-    for i, node in enumerate(node_names, start=1):
-        progress.step(f"node {node} {node_ip(i)}")
-        _create_node(lab, state, names, base, node, i, kube)
+    # The topology is applied in the background while the nodes, their daemons and the
+    # pods' namespaces are made: none of those needs it, and apply keeps only one core busy.
+    with applying:
+        for i, node in enumerate(node_names, start=1):
+            progress.step(f"node {node} {node_ip(i)}")
+            _create_node(lab, state, names, base, node, i, kube)
 
-    if runtime.with_daemons:
-        for node in node_names:
-            progress.step(f"daemon on {node}")
-            start_daemon(lab, state, runtime, node)
-        for node in node_names:
-            wait_ready(state, node)
+        if runtime.with_daemons:
+            for node in node_names:
+                progress.step(f"daemon on {node}")
+                start_daemon(lab, state, runtime, node)
+
+        records = [pods.record(names, t.namespace, t.name, placement[t.key]) for t in topologies]
+        progress.step(f"{len(records)} pod namespaces")
+        pods.create_all(lab, state, records)
+
+        progress.step("daemons ready, topology applied")
+        if runtime.with_daemons:
+            for node in node_names:
+                wait_ready(state, node)
+        applying.wait()
 
     shim = runtime.cni_argv() if runtime.with_daemons else None
-    records = [pods.record(names, t.namespace, t.name, placement[t.key]) for t in topologies]
-    progress.step(f"{len(records)} pod namespaces")
-    pods.create_all(lab, state, records)
     pods.attach_all(
         lab, state, records, shim, lambda pod: progress.step(f"pod {pod.key} on {pod.node}")
     )
@@ -242,23 +252,52 @@ def _start_host_relay(lab: LabDir, state: LabState, names: LabNames, progress: P
     lab.save(state)
 
 
-def _apply(
-    runtime: Runtime, hub: str | None, path: Path, server: str, kubeconfig: Path | None = None
-) -> None:
-    """Apply from inside the hub, where the embedded API is, so it needs nothing of the
-    host; with `kubeconfig`, from the host to the server it names."""
-    if kubeconfig is not None:
-        argv = runtime.apply_argv(path, "", kubeconfig)
-        server = str(kubeconfig)
-    else:
-        assert hub is not None
-        argv = argv_for(hub, runtime.apply_argv(path, server))
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=APPLY_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LabError(f"apply {path} to {server}: {exc}") from None
-    if done.returncode != 0:
-        raise LabError(f"apply {path} to {server}: {done.stderr.strip() or done.returncode}")
+class Apply:
+    """`meshwire apply` of the lab's copy of its file, running from construction until
+    `wait`: from inside the hub, where the embedded API is, so it needs nothing of the
+    host; with `kubeconfig`, from the host to the server it names.
+
+    Leaving the `with` block stops an apply still running (an earlier step failed)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        path: Path,
+        hub: str | None = None,
+        server: str = "",
+        kubeconfig: Path | None = None,
+    ) -> None:
+        if kubeconfig is not None:
+            argv = runtime.apply_argv(path, "", kubeconfig)
+            server = str(kubeconfig)
+        else:
+            assert hub is not None
+            argv = argv_for(hub, runtime.apply_argv(path, server))
+        self._what = f"apply {path} to {server}"
+        self._deadline = time.monotonic() + APPLY_TIMEOUT
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+        except OSError as exc:
+            raise LabError(f"{self._what}: {exc}") from None
+
+    def wait(self) -> None:
+        """Until the apply ends; LabError with its message if it failed or overran."""
+        try:
+            _, err = self._proc.communicate(timeout=max(0.0, self._deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise LabError(f"{self._what}: no answer after {APPLY_TIMEOUT:.0f}s") from None
+        if self._proc.returncode != 0:
+            raise LabError(f"{self._what}: {err.strip() or self._proc.returncode}")
+
+    def __enter__(self) -> Apply:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.communicate()
 
 
 def _create_node(
