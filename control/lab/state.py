@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,16 @@ class LabState:
         raise LabError(f"lab {self.name}: pod {name!r} {what}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The state as JSON values. The topologies are the state's own lists, not copies:
+        `save` writes the state many times while a 1,000-pod lab comes up, and copying
+        them every time cost more than the write."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["processes"] = [asdict(p) for p in self.processes]
+        out["nodes"] = {k: asdict(v) for k, v in self.nodes.items()}
+        out["pods"] = {k: asdict(v) for k, v in self.pods.items()}
+        out["kube_created"] = list(self.kube_created)
+        out["netns"] = list(self.netns)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LabState:
@@ -195,8 +204,10 @@ class LabDir:
     def save(self, state: LabState) -> None:
         """Write the state atomically: a crash leaves the old file or the new one."""
         tmp = self.state_file.with_suffix(".tmp")
+        # Compact: json's C encoder serves no indented output, and this is written often.
+        text = json.dumps(state.to_dict(), separators=(",", ":"))
         with open(tmp, "w") as out:
-            json.dump(state.to_dict(), out, indent=1)
+            out.write(text)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.state_file)
