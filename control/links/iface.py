@@ -96,8 +96,9 @@ def find(ipr: Netlink, name: str) -> Iface | None:
 
 
 def from_message(body: bytes) -> Iface:
-    """The `Iface` an RTM_NEWLINK body describes (one with kind-specific data through
-    pyroute2's decoder, whose attribute names `Iface.info` holds)."""
+    """The `Iface` an RTM_NEWLINK body describes (kind-specific data `rtnl.parse_link`
+    leaves undecoded through pyroute2's decoder, whose attribute names `Iface.info`
+    holds)."""
     link = rtnl.parse_link(body)
     if link is None:
         msg = ifinfmsg(rtnl.message(rtnl.RTM_NEWLINK, 0, 0, body))
@@ -112,7 +113,7 @@ def from_message(body: bytes) -> Iface:
         up=bool(link.flags & IFF_UP),
         link=link.link,
         link_netnsid=link.link_netnsid,
-        info={},
+        info=link.info,
         group=link.group,
     )
 

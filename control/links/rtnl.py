@@ -17,9 +17,11 @@ refusal raises pyroute2's `NetlinkError(code, message)`, the message being the
 kernel's extended ack when it gave one, exactly as pyroute2 raises it, so
 callers handle both paths alike.
 
-An interface message carrying IFLA_INFO_DATA (vxlan, macvlan: attributes by
-pyroute2's names) is decoded by pyroute2 itself (`parse_link` returns it
-undecoded), so what the drivers read never depends on the path it took.
+The IFLA_INFO_DATA of a vxlan or macvlan device is decoded here for the
+attributes the drivers read, under pyroute2's names and in pyroute2's values
+(`INFO_DATA`), checked against pyroute2 in the tests; that of any other kind
+is left to pyroute2 (`parse_link` returns None), so what the drivers read
+never depends on the path it took.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import ipaddress
 import os
 import socket
 import struct
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
@@ -84,6 +87,9 @@ IFLA_VXLAN_ID = 1
 IFLA_VXLAN_GROUP = 2
 IFLA_VXLAN_PORT = 15
 IFLA_VXLAN_GROUP6 = 16
+IFLA_MACVLAN_MODE = 1
+# IFLA_MACVLAN_MODE's values as pyroute2 names them.
+MACVLAN_MODES = {1: "private", 2: "vepa", 4: "bridge", 8: "passthru", 16: "source"}
 
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
@@ -372,13 +378,49 @@ class Link:
     link_netnsid: int | None
     kind: str
     group: int = 0
+    # IFLA_INFO_DATA attributes the drivers read, by pyroute2's names (see INFO_DATA).
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _vxlan_data(payload: bytes) -> dict[str, Any] | None:
+    info: dict[str, Any] = {}
+    for key, value in attrs(payload):
+        if key == IFLA_VXLAN_ID:
+            (info["IFLA_VXLAN_ID"],) = struct.unpack_from("=I", value)
+        elif key == IFLA_VXLAN_GROUP:
+            info["IFLA_VXLAN_GROUP"] = str(ipaddress.IPv4Address(value[:4]))
+        elif key == IFLA_VXLAN_GROUP6:
+            info["IFLA_VXLAN_GROUP6"] = str(ipaddress.IPv6Address(value[:16]))
+        elif key == IFLA_VXLAN_PORT:
+            (info["IFLA_VXLAN_PORT"],) = struct.unpack_from("!H", value)
+    return info
+
+
+def _macvlan_data(payload: bytes) -> dict[str, Any] | None:
+    for key, value in attrs(payload):
+        if key == IFLA_MACVLAN_MODE:
+            (mode,) = struct.unpack_from("=I", value)
+            if mode not in MACVLAN_MODES:
+                return None
+            return {"IFLA_MACVLAN_MODE": MACVLAN_MODES[mode]}
+    return {}
+
+
+# The kinds whose IFLA_INFO_DATA is decoded here: kind -> decoder (None: leave it to
+# pyroute2).
+INFO_DATA: dict[str, Callable[[bytes], dict[str, Any] | None]] = {
+    "vxlan": _vxlan_data,
+    "macvlan": _macvlan_data,
+}
 
 
 def parse_link(body: bytes) -> Link | None:
-    """The fields of an RTM_NEWLINK body; None if it carries IFLA_INFO_DATA (decode those
-    with pyroute2, whose attribute names the drivers read)."""
+    """The fields of an RTM_NEWLINK body; None if it carries IFLA_INFO_DATA of a kind
+    not in INFO_DATA (decode those with pyroute2, whose attribute names the drivers
+    read)."""
     _, _, index, flags, _ = IFINFOMSG.unpack_from(body)
     name, mtu, alias, link, netnsid, kind, group = "", 0, None, 0, None, "", 0
+    data: bytes | None = None
     for key, payload in attrs(body[IFINFOMSG.size :]):
         if key == IFLA_IFNAME:
             name = payload.rstrip(b"\0").decode()
@@ -397,8 +439,15 @@ def parse_link(body: bytes) -> Link | None:
                 if info_key == IFLA_INFO_KIND:
                     kind = info.rstrip(b"\0").decode()
                 elif info_key == IFLA_INFO_DATA:
-                    return None
-    return Link(index, flags, name, mtu, alias, link, netnsid, kind, group)
+                    data = info
+    info_data: dict[str, Any] = {}
+    if data is not None:
+        decode = INFO_DATA.get(kind)
+        decoded = decode(data) if decode is not None else None
+        if decoded is None:
+            return None
+        info_data = decoded
+    return Link(index, flags, name, mtu, alias, link, netnsid, kind, group, info_data)
 
 
 # -- socket ---------------------------------------------------------------------
