@@ -4,7 +4,8 @@ Layout of a lab directory (default `/run/meshwire-lab/<name>`: tmpfs, so it
 disappears at reboot together with the namespaces and processes it describes,
 and every `meshwire lab` command finds it from any working directory):
 
-    state.json            this file's `LabState`, rewritten atomically
+    state.json            this file's `LabState` but its topologies, rewritten atomically
+    topologies.json       the state's topologies, written once (they never change)
     api.db                the embedded API's SQLite database
     input/<file name>     a copy of the lab file the lab was built from
     nodes/<node>/config.yaml, nodes/<node>/cni.sock, nodes/<node>/sandboxes/
@@ -32,6 +33,8 @@ from meshwire.control.lab.names import HUB_IP
 
 DEFAULT_ROOT = Path("/run/meshwire-lab")
 STATE_FILE = "state.json"
+# The lab file's Topology objects as `up` read them, fixed for the lab's life.
+TOPOLOGIES_FILE = "topologies.json"
 
 
 @dataclass(slots=True)
@@ -75,6 +78,7 @@ class LabState:
     name: str
     directory: str
     topology_file: str = ""
+    # The lab file's Topology objects as `up` read them; never changed afterwards.
     topologies: list[dict[str, Any]] = field(default_factory=list)
     api_port: int = 0  # inside the hub namespace, on HUB_IP
     host_port: int = 0  # the host relay on 127.0.0.1; 0: none (no usable host loopback)
@@ -128,9 +132,8 @@ class LabState:
         raise LabError(f"lab {self.name}: pod {name!r} {what}")
 
     def to_dict(self) -> dict[str, Any]:
-        """The state as JSON values. The topologies are the state's own lists, not copies:
-        `save` writes the state many times while a 1,000-pod lab comes up, and copying
-        them every time cost more than the write."""
+        """The state as JSON values. The topologies are the state's own lists, not copies
+        (they are never changed once `up` read them)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["processes"] = [asdict(p) for p in self.processes]
         out["nodes"] = {k: asdict(v) for k, v in self.nodes.items()}
@@ -159,6 +162,10 @@ class LabDir:
     @property
     def state_file(self) -> Path:
         return self.path / STATE_FILE
+
+    @property
+    def topologies_file(self) -> Path:
+        return self.path / TOPOLOGIES_FILE
 
     @property
     def db(self) -> Path:
@@ -199,15 +206,41 @@ class LabDir:
             raise LabError(f"no lab in {self.path} (no {STATE_FILE})") from None
         except (OSError, ValueError) as exc:
             raise LabError(f"lab state {self.state_file}: unreadable: {exc}") from None
+        if "topologies" not in data:
+            data["topologies"] = self._topologies()
         return LabState.from_dict(data)
 
     def save(self, state: LabState) -> None:
-        """Write the state atomically: a crash leaves the old file or the new one."""
-        tmp = self.state_file.with_suffix(".tmp")
-        # Compact: json's C encoder serves no indented output, and this is written often.
-        text = json.dumps(state.to_dict(), separators=(",", ":"))
-        with open(tmp, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.state_file)
+        """Write the state atomically: a crash leaves the old file or the new one.
+
+        The topologies, fixed for the lab's life, go to their own file once, after the
+        first state file: the state is saved some 20 times while a lab comes up, and
+        a 1,000-pod lab's topologies are most of its bytes. A crash between the two
+        leaves a state without topologies, which `down` does not need.
+        """
+        data = state.to_dict()
+        topologies = data.pop("topologies")
+        _write_json(self.state_file, data)
+        if not self.topologies_file.exists():
+            _write_json(self.topologies_file, topologies)
+
+    def _topologies(self) -> list[dict[str, Any]]:
+        try:
+            value = json.loads(self.topologies_file.read_text())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise LabError(f"lab topologies {self.topologies_file}: unreadable: {exc}") from None
+        return value if isinstance(value, list) else []
+
+
+def _write_json(path: Path, value: object) -> None:
+    """Write `value` to `path` atomically (a temporary file, then a rename)."""
+    tmp = path.with_suffix(".tmp")
+    # Compact: json's C encoder serves no indented output.
+    text = json.dumps(value, separators=(",", ":"))
+    with open(tmp, "w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
