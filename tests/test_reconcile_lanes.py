@@ -15,7 +15,7 @@ from typing import Any
 from reconciler_helpers import PAUSE_LIMIT, Scenario
 
 from meshwire.control.reconcile.lanes import Lanes
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import LinkRow, State
 
 NETNS = {"a": ["p1", "p2"], "b": ["p1", "p3"], "c": ["p4", "p5"], "d": ["p3", "p2"]}
 
@@ -69,6 +69,32 @@ def test_a_key_with_no_netns_and_one_releasing_twice_hold_nothing() -> None:
     assert lanes.release("x", netns_of) == []
     assert lanes.release("x", netns_of) == []
     assert lanes.running() == 1
+
+
+def test_keys_behind_a_running_key_that_touch_only_its_namespaces_follow_it_in_order() -> None:
+    lanes = Lanes()
+    touched = {"k1": ["p1", "p2"], "k2": ["p2"], "k3": ["p1", "p9"], "k4": ["p1"], "k5": ["p2"]}
+    assert lanes.claim("a", ["p1", "p2"])
+    for key in ("k1", "k2", "k3", "k4", "k5"):
+        assert not lanes.claim(key, touched[key])
+    # Behind p1: k1, k3, k4 (k1 and k3 met p1 first); behind p2: k2, k5. k3 also
+    # touches p9, which a does not hold: it stops p1's queue, in its place.
+    assert lanes.follow("a", touched.__getitem__, 10) == ["k1", "k2", "k5"]
+    assert lanes.parked() == 2
+    assert lanes.follow("a", touched.__getitem__, 10) == []
+    assert lanes.release("a", touched.__getitem__) == ["k3"]
+    assert lanes.follow("k3", touched.__getitem__, 1) == ["k4"]
+    assert (lanes.running(), lanes.parked()) == (1, 0)
+
+
+def test_follow_takes_no_more_than_asked_and_leaves_the_rest_parked() -> None:
+    lanes = Lanes()
+    assert lanes.claim("k0", ["p1"])
+    for n in range(1, 40):
+        assert not lanes.claim(f"k{n}", ["p1"])
+    assert lanes.follow("k0", lambda key: ["p1"], 15) == [f"k{n}" for n in range(1, 16)]
+    assert lanes.parked() == 24
+    assert lanes.release("k0", lambda key: ["p1"]) == ["k16"]
 
 
 class Gate:
@@ -130,6 +156,47 @@ async def test_the_reconciler_keeps_a_pods_links_apart_and_runs_other_pods_besid
         await scenario.cmd_settle()
         assert gate.entered.index("2") > gate.entered.index("1")
         assert {key for key in scenario.daemon.links} == {"default/1", "default/2", "default/3"}
+    finally:
+        gate.go.set()
+        await scenario.daemon.stop()
+
+
+async def test_a_pods_parked_links_run_in_one_trip_and_a_failure_stays_its_own() -> None:
+    scenario = Scenario("batch", concurrency=4)
+    gate = Gate(held={"1"})
+    scenario.driver.update = gate.around(scenario.driver.update)  # type: ignore[method-assign]
+    reconciler = scenario.daemon.reconciler
+    trips: list[list[str]] = []
+    drive = reconciler._drive
+
+    def recorded(passes: list[Any]) -> None:
+        trips.append([each.key for each in passes])
+        drive(passes)
+
+    reconciler._drive = recorded  # type: ignore[method-assign]
+    try:
+        scenario.cmd_pod("r1", "r2")
+        for pod in ("r1", "r2"):
+            scenario.cmd_place(pod, f"/ns/{pod}")
+        scenario.cmd_synced()
+        scenario.cmd_link("1", "r1:eth1", "r2:eth1")
+        await until(lambda: "1" in gate.inside, "link 1 in the driver")
+        scenario.cmd_fail("update", "default/3")
+        for n in range(2, 6):
+            scenario.cmd_link(str(n), f"r1:eth{n}", f"r2:eth{n}")
+        await until(lambda: reconciler._lanes.parked() == 4, "links 2-5 parked behind link 1")
+        gate.go.set()
+        await until(lambda: "5" in gate.entered, "links 2-5 in the driver")
+        # All four went to the pool together, in the order they came.
+        assert ["default/2", "default/3", "default/4", "default/5"] in trips
+        statuses = {n: scenario.daemon.links.status(f"default/{n}") for n in range(2, 6)}
+        assert statuses[3].state is State.ERROR and "injected" in statuses[3].message
+        assert all(statuses[n].state is State.DONE for n in (2, 4, 5))
+        # The failed one is retried on its own and then done.
+        await scenario.cmd_advance("1")
+        await scenario.cmd_settle()
+        assert scenario.daemon.links.status("default/3").state is State.DONE
+        assert "update(default/3) fail" in scenario.driver.log
     finally:
         gate.go.set()
         await scenario.daemon.stop()

@@ -15,7 +15,9 @@ whoever asked is free to take other work. `release(key, netns_of)` frees the
 key's namespaces and, behind each, claims for the keys parked there in the
 order they came until one holds it again: those keys are returned, to run
 now. Each parked key is looked at once per release of its lane, so 1,500
-keys behind one lane cost O(1) each, not a pass over all of them. Pure
+keys behind one lane cost O(1) each, not a pass over all of them.
+`follow(key, ...)` takes the keys at the front of the queues behind `key`'s
+namespaces that touch nothing else, to run with it under its hold. Pure
 bookkeeping: called from one thread (the reconciler's event loop), nothing
 locks.
 """
@@ -67,6 +69,22 @@ class Lanes:
             if not parked:
                 self._parked.pop(ns, None)
         return ready
+
+    def follow(self, key: str, netns_of: Callable[[str], Iterable[str]], limit: int) -> list[str]:
+        """Up to `limit` keys parked behind the namespaces `key` holds that touch none
+        other (`netns_of`), from the front of each queue: they leave it, to run in
+        `key`'s turn under its hold; `release(key)` ends it for them all."""
+        held = self._held.get(key, frozenset())
+        taken: list[str] = []
+        for ns in sorted(held):
+            parked = self._parked.get(ns)
+            while parked and len(taken) < limit:
+                if not {n for n in netns_of(parked[0]) if n} <= held:
+                    break
+                taken.append(parked.popleft())
+            if parked is not None and not parked:
+                del self._parked[ns]
+        return taken
 
     def running(self) -> int:
         """How many keys hold their namespaces."""

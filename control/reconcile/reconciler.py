@@ -30,7 +30,10 @@ What a caller may rely on:
 - Driver calls run in a thread pool: netlink (pyroute2) must not run on the
   event loop, which may be uvloop. Keys whose rows share a netns run one at a
   time (`lanes.py`: the kernel serializes them anyway); keys in different
-  namespaces run in parallel, `concurrency` at most in the driver.
+  namespaces run in parallel, `concurrency` at most in the driver. Keys waiting
+  for a running key's namespaces, and touching no other, go to the pool with
+  it, up to BATCH in one trip: each key's calls still stop at its own failure,
+  and its status, duration and retry are its own.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.driver import LinkDriver
@@ -51,6 +55,28 @@ log = logging.getLogger(__name__)
 
 # Keys reconciled concurrently; each holds one pool thread while in the driver.
 DEFAULT_CONCURRENCY = 4
+# Keys of one lane taken into one trip to the pool: a trip costs two thread
+# wake-ups, as much as a veth row's own Python; a key's status waits for the rest
+# of its batch, about a millisecond a row.
+BATCH = 16
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One pass over a key: the driver calls planned on the loop, their outcome and
+    times (its own calls', not its batch's) filled in by the pool thread."""
+
+    key: str
+    row: LinkRow | None
+    calls: list[tuple[Callable[..., None], tuple[LinkRow, ...]]] = field(default_factory=list)
+    # The first call clears the ends of a row that moved (`driver.move`).
+    moves: bool = False
+    # Calls that returned, the exception of the one that raised; when the first
+    # started and the last ended (time.monotonic()).
+    made: int = 0
+    error: Exception | None = None
+    started: float = 0.0
+    ended: float = 0.0
 
 
 def _placement(row: LinkRow) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -164,13 +190,17 @@ class LinkReconciler:
                 await self._run(key)
 
     async def _run(self, key: str | None) -> None:
-        """Reconcile `key` (its lanes claimed), then the keys parked behind its lanes
-        that can claim theirs now: the first here, any other in a run of its own."""
+        """Reconcile `key` (its lanes claimed) with the keys parked behind it that touch
+        only its namespaces (at most BATCH in all, one driver call); then the keys
+        parked behind its lanes that can claim theirs now: the first here, any other
+        in a run of its own."""
         while key is not None:
+            batch = [key, *self._lanes.follow(key, self._netns_of, BATCH - 1)]
             try:
-                await self._reconcile(key)
+                await self._reconcile(batch)
             finally:
-                self.queue.done(key)
+                for each in batch:
+                    self.queue.done(each)
                 ready = self._lanes.release(key, self._netns_of)
             key = ready[0] if ready else None
             for other in ready[1:]:
@@ -184,46 +214,78 @@ class LinkReconciler:
         rows = (self.links.get(key), self._realised.get(key), self._deleted.get(key))
         return {end.netns for row in rows if row is not None for end in row.ends()}
 
-    async def _reconcile(self, key: str) -> None:
+    async def _reconcile(self, keys: list[str]) -> None:
+        """One pass over each of `keys`, their driver calls in one trip to the pool:
+        a key's calls run in order and stop at its first failure."""
+        passes = [each for key in keys if (each := self._plan(key)) is not None]
+        if passes:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._drive, passes)
+            for each in passes:
+                self._finish(each)
+
+    def _plan(self, key: str) -> _Pass | None:
+        """The driver calls a pass over `key` makes; None once closed or held."""
         if self._closed or self._held:
-            return
+            return None
         row = self.links.get(key)
-        started = time.monotonic()
-        try:
-            if row is None:
-                # Popped only once the delete succeeded: a failed delete is retried.
-                old = self._realised.get(key) or self._deleted.get(key)
-                if old is not None:
-                    log.debug("link %s: delete %s in %s", key, old.kind.value, old.local.netns)
-                    await self._call(self.driver.delete, old)
+        done = _Pass(key, row)
+        if row is None:
+            # Popped only once the delete succeeded: a failed delete is retried.
+            old = self._realised.get(key) or self._deleted.get(key)
+            if old is not None:
+                log.debug("link %s: delete %s in %s", key, old.kind.value, old.local.netns)
+                done.calls.append((self.driver.delete, (old,)))
+            return done
+        previous = self._realised.get(key)
+        if previous is not None and _placement(previous) != _placement(row):
+            log.debug(
+                "link %s: clear %s in %s (moved)", key, previous.kind.value, previous.local.netns
+            )
+            done.calls.append((self.driver.move, (previous, row)))
+            done.moves = True
+        log.debug("link %s: update %s in %s", key, row.kind.value, row.local.netns)
+        done.calls.append((self.driver.update, (row,)))
+        return done
+
+    def _drive(self, passes: list[_Pass]) -> None:
+        """In a pool thread: each pass's calls, until one fails; none starts once closed
+        or held (what it would have done is left as it is)."""
+        for each in passes:
+            each.started = time.monotonic()
+            for method, rows in each.calls:
+                if self._closed or self._held:
+                    break
+                try:
+                    method(*rows)
+                except Exception as exc:  # every failure is recorded and retried
+                    each.error = exc
+                    break
+                each.made += 1
+            each.ended = time.monotonic()
+
+    def _finish(self, done: _Pass) -> None:
+        key, row = done.key, done.row
+        if row is None:
+            if done.error is None:
                 self._deleted.pop(key, None)
                 self._realised.pop(key, None)
                 self._passes.pop(key, None)
                 self.queue.forget(key)
-                self._record_duration("delete", started, True)
-                return
-            previous = self._realised.get(key)
-            if previous is not None and _placement(previous) != _placement(row):
-                log.debug(
-                    "link %s: clear %s in %s (moved)",
-                    key,
-                    previous.kind.value,
-                    previous.local.netns,
-                )
-                await self._call(self.driver.move, previous, row)
-            log.debug("link %s: update %s in %s", key, row.kind.value, row.local.netns)
-            self._realised[key] = row
-            await self._call(self.driver.update, row)
-        except Exception as exc:  # every failure is recorded and retried, never dropped
-            if row is not None:
-                self._passes[key] = (started, time.monotonic())
-            self._failed(key, row, exc)
-            self._record_duration("delete" if row is None else "update", started, False)
+            else:
+                self._failed(key, None, done.error)
+            self._record_duration("delete", done, done.error is None)
             return
-        self._passes[key] = (started, time.monotonic())
+        # The row counts as handed to the driver once its old ends were cleared.
+        if not (done.moves and done.made == 0 and done.error is not None):
+            self._realised[key] = row
+        self._passes[key] = (done.started, done.ended)
+        if done.error is not None:
+            self._failed(key, row, done.error)
+            self._record_duration("update", done, False)
+            return
         self.queue.forget(key)
         self._set_status(key, LinkStatus(State.DONE))
-        self._record_duration("update", started, True)
+        self._record_duration("update", done, True)
 
     def _failed(self, key: str, row: LinkRow | None, exc: Exception) -> None:
         permanent = isinstance(exc, SpecError)
@@ -241,11 +303,6 @@ class LinkReconciler:
             )
         if not permanent:
             self.queue.add_rate_limited(key)
-
-    async def _call(self, method: Callable[..., None], *rows: LinkRow) -> None:
-        if self._closed or self._held:
-            return
-        await asyncio.get_running_loop().run_in_executor(self._pool, method, *rows)
 
     # -- status ---------------------------------------------------------------
 
@@ -284,9 +341,9 @@ class LinkReconciler:
         if self._initial is not None and not self._initial and not self.initial_done.is_set():
             self.initial_done.set()
 
-    def _record_duration(self, op: str, started: float, ok: bool) -> None:
+    def _record_duration(self, op: str, done: _Pass, ok: bool) -> None:
         if self._on_duration is not None:
-            self._on_duration(op, time.monotonic() - started, ok)
+            self._on_duration(op, done.ended - done.started, ok)
 
     def pass_span(self, keys: Iterable[str], since: float) -> tuple[float, float] | None:
         """(earliest start, latest end) on time.monotonic() of the last update passes
