@@ -17,6 +17,7 @@ object whose only difference from the file is pruned fields is `unchanged`
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -29,16 +30,20 @@ CONFLICT_RETRIES = 5
 
 
 class Applier:
-    """The apply operation for `file_command.run`; remembers the pruned fields it warned of."""
+    """The apply operation for `file_command.run`; remembers the pruned fields it warned of
+    (`run` calls it from several threads)."""
 
     def __init__(self) -> None:
         self.warned: set[str] = set()
+        self._lock = threading.Lock()
 
     def __call__(self, api: Any, obj: dict[str, Any]) -> str:
         outcome, stored = apply_one(api, obj)
-        pruned = sorted(set(pruned_paths(obj["spec"], stored.get("spec"), "spec")) - self.warned)
-        if pruned:
+        found = set(pruned_paths(obj["spec"], stored.get("spec"), "spec"))
+        with self._lock:
+            pruned = sorted(found - self.warned)
             self.warned.update(pruned)
+        if pruned:
             print(
                 f"meshwire apply: warning: the server dropped {', '.join(pruned)}: its "
                 f"Topology CRD ({PLURAL}.{GROUP}) does not have these fields, so they take no "
@@ -73,23 +78,29 @@ def apply_one(api: Any, obj: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Creates or updates one object; returns `created`, `configured` or `unchanged`,
     and the object as the server stored it.
 
+    The create is tried first (one request for a new object, as most are when a lab
+    comes up); an object that exists (409), or a create this client may not make
+    (403: it may still be allowed to update), is read and replaced.
+
     Raises ApiException for what a retry cannot fix (422 Invalid, 403, ...).
     """
     meta = obj["metadata"]
     target = (GROUP, VERSION, meta["namespace"], PLURAL)
     for _ in range(CONFLICT_RETRIES):
         try:
+            return "created", api.create_namespaced_custom_object(*target, obj)
+        except ApiException as create_error:
+            if create_error.status not in (403, 409):
+                raise
+            refused = create_error if create_error.status == 403 else None
+        try:
             current = api.get_namespaced_custom_object(*target, meta["name"])
         except ApiException as e:
             if e.status != 404:
                 raise
-            try:
-                created = api.create_namespaced_custom_object(*target, obj)
-            except ApiException as create_error:
-                if create_error.status == 409:
-                    continue
-                raise
-            return "created", created
+            if refused is not None:
+                raise refused from None
+            continue  # deleted since the create found it: create it again
         if current.get("spec") == obj["spec"]:
             return "unchanged", current
         body = {**current, "spec": obj["spec"]}

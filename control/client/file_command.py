@@ -10,7 +10,8 @@ the embedded one (`--server`) or any cluster (`--kubeconfig`, or the default
 kubeconfig / in-cluster config when neither is given), through the official
 `kubernetes` client.
 
-Prints one line per object, `topology.networkop.co.uk/NAME OUTCOME`. Exit
+Prints one line per object, `topology.networkop.co.uk/NAME OUTCOME`, in the
+file's order, while up to PARALLEL objects are in flight at once. Exit
 status: 0 when every object succeeded, 1 when any failed (each failure is
 printed, naming the object, and the others are still done), 2 for a file or
 kubeconfig that cannot be read.
@@ -22,6 +23,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client, config
@@ -34,8 +36,12 @@ from meshwire.control.model.load import LoadError, load_file, load_text
 from meshwire.control.model.topology import GROUP, Topology
 
 # An object of the file (as the API takes it) -> the outcome printed for it;
-# raises ApiException for what it could not do.
+# raises ApiException for what it could not do. Called from several threads.
 Operation = Callable[[Any, dict[str, Any]], str]
+# Objects in flight at once: each is a round trip to the server, so several keep
+# both the client and the server busy (a 1,000-object lab file). The client's
+# connection pool holds more than this.
+PARALLEL = 8
 
 
 class FileError(Exception):
@@ -59,7 +65,8 @@ def objects_in(topologies: list[Topology], namespace: str | None) -> list[dict[s
 
 
 def run(command: str, description: str, operation: Operation, argv: list[str]) -> int:
-    """`meshwire COMMAND` over argv: `operation` on each object of the file, in order."""
+    """`meshwire COMMAND` over argv: `operation` on each object of the file, PARALLEL at a
+    time, each printed in the file's order."""
     args = _parser(command, description).parse_args(argv)
     prog = f"meshwire {command}"
     try:
@@ -77,23 +84,34 @@ def run(command: str, description: str, operation: Operation, argv: list[str]) -
         print(f"{prog}: kubeconfig: {e}", file=sys.stderr)
         return 2
     failed = 0
-    for obj in objects:
-        meta = obj["metadata"]
-        try:
-            outcome = operation(api, obj)
-        except ApiException as e:
-            failed += 1
-            print(
-                f"{prog}: topology {meta['namespace']}/{meta['name']}: "
-                f"{e.status} {server_message(e) or e.reason}",
-                file=sys.stderr,
-            )
-            continue
-        except HTTPError as e:
-            print(f"{prog}: cannot reach the API server: {e}", file=sys.stderr)
-            return 1
-        print(f"topology.{GROUP}/{meta['name']} {outcome}", flush=True)
+    pool = ThreadPoolExecutor(PARALLEL)
+    try:
+        outcomes = pool.map(lambda obj: _attempt(operation, api, obj), objects)
+        for obj, outcome in zip(objects, outcomes, strict=True):
+            meta = obj["metadata"]
+            if isinstance(outcome, ApiException):
+                failed += 1
+                print(
+                    f"{prog}: topology {meta['namespace']}/{meta['name']}: "
+                    f"{outcome.status} {server_message(outcome) or outcome.reason}",
+                    file=sys.stderr,
+                )
+            elif isinstance(outcome, HTTPError):
+                print(f"{prog}: cannot reach the API server: {outcome}", file=sys.stderr)
+                return 1
+            else:
+                print(f"topology.{GROUP}/{meta['name']} {outcome}", flush=True)
+    finally:
+        pool.shutdown(cancel_futures=True)
     return 1 if failed else 0
+
+
+def _attempt(operation: Operation, api: Any, obj: dict[str, Any]) -> str | Exception:
+    """The outcome `operation` printed for `obj`, or the API's or the network's error."""
+    try:
+        return operation(api, obj)
+    except (ApiException, HTTPError) as exc:
+        return exc
 
 
 def _client(args: argparse.Namespace) -> Any:
