@@ -30,14 +30,16 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubernetes.aio.client import ApiClient, CoreV1Api
 from kubernetes.aio.client.exceptions import ApiException
 
 from meshwire.control.cni.uninstall import unchain_configs
 from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.informer.failure import describe
+
+if TYPE_CHECKING:
+    from kubernetes.aio.client import ApiClient, CoreV1Api
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,10 @@ class UninstallWatch:
         self.checked = asyncio.Event()
 
     async def run(self, api: ApiClient) -> None:
+        # Imported here, not with the module: the client's core API module takes 0.3-0.45 s
+        # to import, which every daemon paid at start, though only deploy/ runs this watch.
+        from kubernetes.aio.client import CoreV1Api
+
         core = CoreV1Api(api)
         backoff = Backoff(self.policy)
         while not self.uninstalled.is_set():
