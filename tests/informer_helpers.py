@@ -20,6 +20,7 @@ from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.informer.sink import TableSink
 from meshwire.control.lab import netns
+from meshwire.control.lab.names import resolve
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, Topology
 from meshwire.control.tables.table import Table
 from meshwire.dataplane.netns_thread import setns
@@ -51,7 +52,7 @@ def private_loopback() -> Iterator[str]:
     netns.create(name)
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        setns(netns.resolve(name))
+        setns(resolve(name))
         try:
             yield name
         finally:

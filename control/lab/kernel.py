@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from meshwire.control.lab import netns
+from meshwire.control.lab.names import resolve
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import NetnsGone, NotANetns, open_netns, socket_in
 
@@ -83,7 +83,7 @@ def netns_ends(ns: str) -> dict[str, EndState]:
     in a poll, which pyroute2's decoding of every attribute made take seconds.
     """
     try:
-        with open_netns(netns.resolve(ns)) as opened:
+        with open_netns(resolve(ns)) as opened:
             sock = rtnl.Rtnl(
                 socket_in(opened, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
             )

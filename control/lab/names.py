@@ -84,6 +84,11 @@ def netns_path(netns: str) -> str:
     return f"{NETNS_DIR}/{netns}"
 
 
+def resolve(netns: str) -> str:
+    """A namespace name (`mwlx-hub`) or a path (`/proc/1/ns/net`) -> its path."""
+    return netns if netns.startswith("/") else netns_path(netns)
+
+
 def node_ip(index: int) -> str:
     if not 1 <= index <= MAX_NODES:
         raise LabError(f"node index {index}: must be 1..{MAX_NODES}")

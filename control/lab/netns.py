@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.names import NETNS_DIR, netns_path
-from meshwire.control.links import rtnl
+from meshwire.control.lab.names import NETNS_DIR, netns_path, resolve
 from meshwire.dataplane.netns_thread import call_in_netns, call_in_new_netns
 
 T = TypeVar("T")
@@ -39,11 +38,6 @@ LOOPBACK_INDEX = 1
 _libc = ctypes.CDLL(None, use_errno=True)
 _dir_ready = threading.Lock()
 _dir_shared = False
-
-
-def resolve(netns: str) -> str:
-    """A namespace name (`mwlx-hub`) or a path (`/proc/1/ns/net`) -> its path."""
-    return netns if netns.startswith("/") else netns_path(netns)
 
 
 def in_netns(netns: str, fn: Callable[[], T]) -> T:
@@ -145,6 +139,10 @@ def _mount(source: bytes, target: bytes, flags: int) -> None:
 
 def _loopback_up() -> None:
     """Raise `lo` in the calling thread's namespace."""
+    # Imported here: rtnl loads pyroute2 (0.1 s), which the launchers that import this
+    # module for `socket_in` (the relay) would pay at every start.
+    from meshwire.control.links import rtnl
+
     sock = rtnl.Rtnl(socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE))
     try:
         sock.request(rtnl.set_link(LOOPBACK_INDEX, up=True))

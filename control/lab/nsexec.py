@@ -4,7 +4,8 @@ The launcher the lab starts every node daemon and every `ping` through: it
 `setns()`s into NETNS (a name under /var/run/netns or a path) and execs CMD,
 so CMD keeps this process's PID (the lab records and stops that PID). Unlike
 `ip netns exec` it remounts nothing. Exit status 127 with a message naming
-NETNS or CMD when either is missing.
+NETNS or CMD when either is missing. It imports only what it needs (a
+launch costs an interpreter start before CMD's own).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from meshwire.control.lab.netns import resolve
+from meshwire.control.lab.names import resolve
 from meshwire.dataplane.netns_thread import setns
 
 USAGE = "usage: python -m meshwire.control.lab.nsexec NETNS -- CMD [ARGS...]"
