@@ -23,18 +23,16 @@ import argparse
 import ipaddress
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from meshwire.control.lab import netns
+from meshwire.control.lab.names import resolve
 from meshwire.control.links import rtnl
-from meshwire.control.links.netns import open_netns, socket_in
+from meshwire.control.links.netns import rtnl_at
 
 # Room for 2**14 pairs, each its own /30; inside the floor's own namespaces.
 BASE = ipaddress.IPv4Address("10.64.0.0")
@@ -79,7 +77,7 @@ def up_names(name: str) -> set[str]:
     """Interfaces of netns `name` (a name or a path) that are up with carrier (operstate
     UP; loopback's is UNKNOWN), from one raw dump: a pyroute2 dump of 3,000 interfaces
     costs a good part of a second of the CPU being measured."""
-    with rtnl_in(name) as sock:
+    with rtnl_at(resolve(name)) as sock:
         replies = sock.request(rtnl.dump_links())
     return {
         rtnl.parse_name(body)
@@ -92,7 +90,7 @@ def configured_names(name: str) -> set[str]:
     """Interfaces of netns `name` (a name or a path) that are up (IFF_UP, carrier or
     not) and have an address: what `ip -batch` has made by the time it returns.
     One raw dump of the links and one of the addresses."""
-    with rtnl_in(name) as sock:
+    with rtnl_at(resolve(name)) as sock:
         addressed = addressed_indexes(sock)
         links = sock.request(rtnl.dump_links())
     out = set()
@@ -109,7 +107,7 @@ def addressed_count(name: str) -> int:
     """How many interfaces of netns `name` have an address: one address dump, which
     costs the kernel and this process far less than a dump of the links (a cheap
     look before `configured_names`)."""
-    with rtnl_in(name) as sock:
+    with rtnl_at(resolve(name)) as sock:
         return len(addressed_indexes(sock))
 
 
@@ -120,18 +118,6 @@ def addressed_indexes(sock: rtnl.Rtnl) -> set[int]:
         for kind, body in sock.request(rtnl.get_addresses(0))
         if kind == rtnl.RTM_NEWADDR
     }
-
-
-@contextmanager
-def rtnl_in(name: str) -> Iterator[rtnl.Rtnl]:
-    """A raw rtnetlink socket in netns `name` (a name or a path), closed on exit."""
-    path = name if name.startswith("/") else f"/var/run/netns/{name}"
-    with open_netns(path) as ns:
-        sock = rtnl.Rtnl(socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE))
-    try:
-        yield sock
-    finally:
-        sock.close()
 
 
 def carrier(body: bytes) -> bool:

@@ -9,7 +9,6 @@ one dump, not 1,500 netlink sessions.
 
 from __future__ import annotations
 
-import socket
 import struct
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 
 from meshwire.control.lab.names import resolve
 from meshwire.control.links import rtnl
-from meshwire.control.links.netns import NetnsGone, NotANetns, open_netns, socket_in
+from meshwire.control.links.netns import NetnsGone, NotANetns, rtnl_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +35,7 @@ class EndState:
 MISSING = EndState(exists=False)
 # rx_packets, tx_packets, then (after four u64) rx_dropped, tx_dropped of rtnl_link_stats64.
 STATS64 = struct.Struct("=QQ32xQQ")
-# Namespaces read at once by `read_ends`: each read is one thread in the kernel's netlink dump.
+# Namespaces read at once by `Ends`: each read is one thread in the kernel's netlink dump.
 PARALLEL = 8
 
 
@@ -83,16 +82,11 @@ def netns_ends(ns: str) -> dict[str, EndState]:
     in a poll, which pyroute2's decoding of every attribute made take seconds.
     """
     try:
-        with open_netns(resolve(ns)) as opened:
-            sock = rtnl.Rtnl(
-                socket_in(opened, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
-            )
+        with rtnl_at(resolve(ns)) as sock:
+            replies = sock.request(rtnl.dump_links())
     except (NetnsGone, NotANetns):
         return {}
-    try:
-        return dict(_state(body) for _, body in sock.request(rtnl.dump_links()))
-    finally:
-        sock.close()
+    return dict(_state(body) for _, body in replies)
 
 
 class Ends:

@@ -110,6 +110,19 @@ def _netlink_socket_in(ns: Netns) -> int:
     return socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE).detach()
 
 
+@contextmanager
+def rtnl_at(path: str) -> Iterator[Rtnl]:
+    """A raw rtnetlink socket of its own in the netns at `path` (not from `POOL`), closed
+    on exit; raises what `open_netns` raises. For a reader that dumps many namespaces
+    once each, where a kept socket would only hold them alive."""
+    with open_netns(path) as ns:
+        sock = Rtnl(socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE))
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
 def socket_in(ns: Netns, family: int, kind: int, proto: int = 0) -> socket.socket:
     """A socket created inside `ns`; it stays bound to `ns` whichever thread uses it."""
     return _SOCKETS.socket(ns.fd, family, kind, proto, ns.path)
