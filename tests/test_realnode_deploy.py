@@ -85,6 +85,14 @@ class Lab:
 
     def create_topologies(self) -> None:
         self.core.create_namespace({"metadata": {"name": LAB_NS}})
+        # v1.20 admits no pod in a namespace until the token controller gave its default
+        # ServiceAccount a token ("No API token found ... retry after"), a moment later.
+        wait_for(
+            f"namespace {LAB_NS}'s default ServiceAccount with a token",
+            lambda: self.core.read_namespaced_service_account("default", LAB_NS).secrets or None,
+            WAIT,
+            IGNORED,
+        )
         for body in self.topologies.values():
             self.custom.create_namespaced_custom_object(*TOPOLOGY[:2], LAB_NS, TOPOLOGY[2], body)
 
