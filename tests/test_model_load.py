@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
 
 import pytest
@@ -260,6 +261,50 @@ def test_a_list_whose_items_are_not_a_list_is_an_error() -> None:
 def test_a_topology_defined_twice_is_an_error() -> None:
     message = load_error(TOPOLOGY % "r1" + "---" + TOPOLOGY % "r1")
     assert message == "lab.yml:8: topology default/r1 is defined twice (first on line 2)"
+
+
+# --- JSON: read by `json`, its lines found only for an error -------------------------------
+
+
+def json_list(*names: str, uid: object = 1) -> str:
+    items = [
+        {
+            "apiVersion": "networkop.co.uk/v1beta1",
+            "kind": "Topology",
+            "metadata": {"name": name},
+            "spec": {"links": [{"uid": uid, "peer_pod": "x", "local_intf": "eth1",
+                                "peer_intf": "eth1"}]},
+        }
+        for name in names
+    ]  # fmt: skip
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1)
+
+
+def test_a_json_file_loads_as_its_yaml_twin() -> None:
+    yaml_twin = "---".join(TOPOLOGY % name for name in ("r1", "r2"))
+    assert load_text(json_list("r1", "r2"), "lab.json") == load_text(yaml_twin)
+
+
+def test_json_errors_name_the_line() -> None:
+    text = json_list("r1", "r2", uid="one")
+    line = text.splitlines().index("  {") + 1  # the line the first item opens on
+    assert load_error(text, "lab.json").startswith(f"lab.json:{line}: items[0]: topology ")
+
+
+def test_a_topology_defined_twice_in_json_names_both_lines() -> None:
+    text = json_list("r1", "r1")
+    lines = [n + 1 for n, line in enumerate(text.splitlines()) if line == "  {"]
+    assert load_error(text, "lab.json") == (
+        f"lab.json:{lines[1]}: items[1]: topology default/r1 is defined twice "
+        f"(first on line {lines[0]})"
+    )
+
+
+def test_a_repeated_key_in_json_is_an_error_not_an_overwrite() -> None:
+    text = '{"kind": "List", "items": [], "items": []}'
+    assert load_error(text, "lab.json") == (
+        "lab.json:1: not valid YAML: key 'items' is repeated (first on line 1)"
+    )
 
 
 CLAB = """name: lab

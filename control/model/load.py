@@ -78,7 +78,7 @@ def load_text(
         if looks_like_kne(document.data):
             return kne_topologies(document.data, origin, namespace)
     topologies: list[Topology] = []
-    seen: dict[str, int | None] = {}
+    seen: dict[str, tuple[Origin, Path]] = {}
     for document in documents:
         origin = Origin(source_name, document.locator)
         if not _is_kubernetes_object(document.data):
@@ -106,7 +106,7 @@ def _read_objects(
     origin: Origin,
     namespace: str,
     out: list[Topology],
-    seen: dict[str, int | None],
+    seen: dict[str, tuple[Origin, Path]],
 ) -> None:
     """Append the Topology objects in `data` (an object or a list of them) to `out`."""
     if not isinstance(data, dict):
@@ -130,10 +130,12 @@ def _read_objects(
         topology = Topology.from_dict(data, default_namespace=namespace)
     except ModelError as error:
         raise origin.error(path, str(error)) from error
-    line = origin.locator.line(path)
     if topology.key in seen:
-        first = seen[topology.key]
+        # The line of the first definition is looked up only now: a JSON file's lines
+        # cost a second parse (yamlfile.TextLocator).
+        first_origin, first_path = seen[topology.key]
+        first = first_origin.locator.line(first_path)
         at = f" (first on line {first})" if first is not None else ""
         raise origin.error(path, f"topology {topology.key} is defined twice{at}")
-    seen[topology.key] = line
+    seen[topology.key] = (origin, path)
     out.append(topology)
