@@ -9,6 +9,7 @@ import pytest
 
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.state import LabDir, LabState, NodeRecord, PodRecord, ProcessRecord
+from meshwire.control.model.load import load_file
 
 TOPOLOGY = {
     "apiVersion": "networkop.co.uk/v1beta1",
@@ -42,11 +43,30 @@ def test_the_topologies_are_written_once_and_the_state_file_holds_the_rest(
     state = a_state(tmp_path)
     lab.save(state)
     assert "topologies" not in json.loads(lab.state_file.read_text())
-    assert json.loads(lab.topologies_file.read_text()) == [TOPOLOGY]
+    assert json.loads(lab.topologies_file.read_text()) == {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [TOPOLOGY],
+    }
     written = lab.topologies_file.stat().st_mtime_ns, lab.topologies_file.stat().st_ino
     state.pods["default/r1"].container_id = "c2"
     lab.save(state)
     assert (lab.topologies_file.stat().st_mtime_ns, lab.topologies_file.stat().st_ino) == written
+    assert lab.load() == state
+
+
+def test_the_topologies_file_is_what_apply_reads(tmp_path: Path) -> None:
+    # `up` applies it: `meshwire apply -f` reads the same objects the state holds.
+    lab = LabDir(tmp_path)
+    lab.save(a_state(tmp_path))
+    assert [t.to_dict() for t in load_file(lab.topologies_file)] == [{**TOPOLOGY, "status": {}}]
+
+
+def test_topologies_written_as_a_plain_list_still_load(tmp_path: Path) -> None:
+    lab = LabDir(tmp_path)
+    state = a_state(tmp_path)
+    lab.save(state)
+    lab.topologies_file.write_text(json.dumps([TOPOLOGY]))
     assert lab.load() == state
 
 

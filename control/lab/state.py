@@ -5,7 +5,8 @@ disappears at reboot together with the namespaces and processes it describes,
 and every `meshwire lab` command finds it from any working directory):
 
     state.json            this file's `LabState` but its topologies, rewritten atomically
-    topologies.json       the state's topologies, written once (they never change)
+    topologies.json       the state's topologies, written once (they never change), as
+                          a `kind: List` of API objects: what `up` applies
     api.db                the embedded API's SQLite database
     input/<file name>     a copy of the lab file the lab was built from
     nodes/<node>/config.yaml, nodes/<node>/cni.sock, nodes/<node>/sandboxes/
@@ -222,7 +223,8 @@ class LabDir:
         topologies = data.pop("topologies")
         _write_json(self.state_file, data)
         if not self.topologies_file.exists():
-            _write_json(self.topologies_file, topologies)
+            _write_json(self.topologies_file, {"apiVersion": "v1", "kind": "List",
+                                               "items": topologies})  # fmt: skip
 
     def _topologies(self) -> list[dict[str, Any]]:
         try:
@@ -231,6 +233,8 @@ class LabDir:
             return []
         except (OSError, ValueError) as exc:
             raise LabError(f"lab topologies {self.topologies_file}: unreadable: {exc}") from None
+        if isinstance(value, dict):  # a List; a plain list is the older form
+            value = value.get("items")
         return value if isinstance(value, list) else []
 
 

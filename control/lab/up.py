@@ -134,7 +134,7 @@ def _up(
         start_api(lab, state, names, runtime)
         progress.step("apply topology")
         _start_host_relay(lab, state, names, progress)
-        applying = Apply(runtime, copy, names.hub_netns, state.api_url)
+        applying = Apply(runtime, lab.topologies_file, names.hub_netns, state.api_url)
     else:
         progress.step(f"API server {kube.server}: namespaces, ServiceAccount, RBAC")
 
@@ -144,7 +144,7 @@ def _up(
 
         kube.prepare(sorted({t.namespace for t in topologies}), record)
         progress.step("apply topology")
-        applying = Apply(runtime, copy, kubeconfig=kube.kubeconfig)
+        applying = Apply(runtime, lab.topologies_file, kubeconfig=kube.kubeconfig)
 
     # The topology is applied in the background while the nodes, their daemons and the
     # pods' namespaces are made: none of those needs it, and apply keeps only one core busy.
@@ -253,7 +253,8 @@ def _start_host_relay(lab: LabDir, state: LabState, names: LabNames, progress: P
 
 
 class Apply:
-    """`meshwire apply` of the lab's copy of its file, running from construction until
+    """`meshwire apply` of the lab's Topology objects (`topologies.json`, the lab file as
+    read, which JSON makes quick to read again), running from construction until
     `wait`: from inside the hub, where the embedded API is, so it needs nothing of the
     host; with `kubeconfig`, from the host to the server it names.
 
