@@ -52,6 +52,8 @@ spec:
 
 
 class StubRuntime:
+    preload: tuple[str, ...] = ()
+
     def __init__(self, tmp: Path, cni: str = "true", with_daemons: bool = True) -> None:
         self.with_daemons = with_daemons
         self.cni = cni

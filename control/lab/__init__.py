@@ -22,8 +22,10 @@ What `up` builds, all named `mwl<name>-...` so nothing else is touched:
   host without a usable loopback `up` says so and goes on (the lab's own
   commands reach the API from inside the hub and never need it).
 - per node, `meshwire daemon --config nodes/<node>/config.yaml` running inside
-  the node's namespace through `nsexec.py`; the config is `--config` plus the
-  node's name, address, API URL and CNI socket (`daemons.py`).
+  the node's namespace: forked by `up` from a process that imported the
+  daemon's modules once (`forkserver.py`), started through `nsexec.py` when a
+  daemon is started again; the config is `--config` plus the node's name,
+  address, API URL and CNI socket (`daemons.py`).
 - per pod, a namespace, placed round robin in file order or by `--placement`
   (`placement.py`), then CNI ADD through the real shim, as a runtime does
   (`pods.py`, `cni.py`).

@@ -24,6 +24,8 @@ C_SHIM = REPO / "cext" / "build" / "meshwire-cni"
 class Runtime(Protocol):
     # False: build nodes, pods and the API, but start no daemon and call no CNI.
     with_daemons: bool
+    # Modules the daemons import, loaded once by `up`'s fork server (forkserver.py).
+    preload: tuple[str, ...]
 
     def load(self, path: Path) -> list[Topology]:
         """The Topology objects of a lab file; raises LabError naming the file."""
@@ -45,7 +47,16 @@ def meshwire_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "meshwire.control.cli", *args]
 
 
+DAEMON_MODULES = (
+    "meshwire.control.cli",
+    "meshwire.control.daemon.command",
+    "meshwire.control.daemon.app",
+)
+
+
 class MeshwireRuntime:
+    preload: tuple[str, ...] = DAEMON_MODULES
+
     def __init__(self, with_daemons: bool = True) -> None:
         self.with_daemons = with_daemons
 

@@ -27,6 +27,7 @@ from meshwire.control.lab import daemons, nodes, pods, processes, relay
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.cni import MARGIN
 from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.forkserver import ForkServer
 from meshwire.control.lab.kernel import Ends
 from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.links import LabLink, lab_links
@@ -73,6 +74,22 @@ class UpOptions:
 def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
     names = LabNames(check_lab_name(options.name))
     check_node_count(options.nodes)
+    # The daemons' modules load in the fork server while the lab file is read.
+    forks = ForkServer(list(runtime.preload)) if runtime.with_daemons else None
+    try:
+        return _read_and_up(options, runtime, progress, names, forks)
+    finally:
+        if forks is not None:
+            forks.close()
+
+
+def _read_and_up(
+    options: UpOptions,
+    runtime: Runtime,
+    progress: Progress,
+    names: LabNames,
+    forks: ForkServer | None,
+) -> LabState:
     topologies = runtime.load(options.file)
     if not topologies:
         raise LabError(f"lab file {options.file}: no Topology objects")
@@ -85,7 +102,7 @@ def up(options: UpOptions, runtime: Runtime, progress: Progress) -> LabState:
         if kube is not None:
             kube.check_crd()
         return _up(options, runtime, progress, names, topologies, node_names, placement, base,
-                   kube)  # fmt: skip
+                   kube, forks)  # fmt: skip
     finally:
         if kube is not None:
             kube.close()
@@ -101,6 +118,7 @@ def _up(
     placement: dict[str, str],
     base: dict[str, object],
     kube: KubeLab | None,
+    forks: ForkServer | None,
 ) -> LabState:
     lab = LabDir.locate(options.name, options.directory)
     lab.create()
@@ -156,7 +174,9 @@ def _up(
         if runtime.with_daemons:
             for node in node_names:
                 progress.step(f"daemon on {node}")
-                start_daemon(lab, state, runtime, node)
+                start_daemon(lab, state, runtime, node, forks)
+            if forks is not None:
+                forks.close()
 
         records = [pods.record(names, t.namespace, t.name, placement[t.key]) for t in topologies]
         progress.step(f"{len(records)} pod namespaces")
@@ -351,10 +371,18 @@ def _start_api_relay(
         raise LabError(f"node {node}: relay to {kube.server} not listening on {listen}")
 
 
-def start_daemon(lab: LabDir, state: LabState, runtime: Runtime, node: str) -> None:
+def start_daemon(
+    lab: LabDir, state: LabState, runtime: Runtime, node: str, forks: ForkServer | None = None
+) -> None:
+    """Start the node's daemon inside its namespace: forked from `forks` when given (`up`),
+    else through `nsexec`; the same process either way."""
     record = state.nodes[node]
-    argv = argv_for(record.netns, runtime.daemon_argv(Path(record.config)))
-    _spawn(lab, state, f"daemon/{node}", argv)
+    role, argv = f"daemon/{node}", runtime.daemon_argv(Path(record.config))
+    if forks is None:
+        _spawn(lab, state, role, argv_for(record.netns, argv))
+        return
+    state.processes.append(forks.start(role, record.netns, argv, lab.log(role)))
+    lab.save(state)
 
 
 def wait_ready(state: LabState, node: str) -> None:
