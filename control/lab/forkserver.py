@@ -23,6 +23,7 @@ that cannot start) goes to its log, with exit status 127 as `nsexec` gives.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -52,6 +53,9 @@ def main(modules: list[str]) -> int:
             importlib.import_module(module)
         except Exception as exc:  # the child fails at the same import, in its own log
             print(f"forkserver: import {module}: {exc}", file=sys.stderr)
+    # The imported objects live as long as the children: out of the collector's sight,
+    # a child's first full collection does not walk (and copy, page by page) all of them.
+    gc.freeze()
     can_fork = threading.active_count() == 1 and _threads() == 1
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     for line in sys.stdin:
