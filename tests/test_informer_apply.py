@@ -6,12 +6,15 @@ never happens, so an unchanged cluster leaves the table's revision alone.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import pytest
 
 from meshwire.control.informer.apply import Outcome, Snapshot, apply_event, apply_snapshot
+from meshwire.control.model.emulation import ANNOTATION
+from meshwire.control.model.topology import Topology
 from tests.informer_helpers import RecordingSink, topology
 
 
@@ -131,3 +134,31 @@ def test_objects_without_a_namespace_land_in_default() -> None:
     del obj["metadata"]["namespace"]
     apply_event(sink, "ADDED", obj)
     assert sink.table.keys() == ["default/r1"]
+
+
+def test_a_status_write_keeps_the_rows_links_and_a_changed_link_is_read_again() -> None:
+    sink = loaded(stored("r1", "5", "r2", "r3"))
+    before = sink.table.get("default/r1")
+    assert before is not None
+    apply_event(sink, "MODIFIED", stored("r1", "6", "r2", "r3", src_ip="10.0.0.1"))
+    after = sink.table.get("default/r1")
+    assert after is not None and after.status.src_ip == "10.0.0.1"
+    assert after.links is before.links
+    changed = stored("r1", "7", "r2", "r3", src_ip="10.0.0.1")
+    changed["spec"]["links"][1]["peer_intf"] = "eth9"
+    apply_event(sink, "MODIFIED", changed)
+    row = sink.table.get("default/r1")
+    assert row is not None and row.links is not after.links
+    assert row == Topology.from_dict(changed) and row.links[1].peer_intf == "eth9"
+
+
+def test_a_changed_emulation_annotation_reads_the_links_again() -> None:
+    sink = loaded(stored("r1", "5", "r2"))
+    down = stored("r1", "6", "r2")
+    down["metadata"]["annotations"] = {ANNOTATION: json.dumps({"eth1": {"state": "down"}})}
+    apply_event(sink, "MODIFIED", down)
+    row = sink.table.get("default/r1")
+    assert row is not None and row.links[0].state == "down"
+    apply_event(sink, "MODIFIED", stored("r1", "7", "r2"))
+    row = sink.table.get("default/r1")
+    assert row is not None and row.links[0].state == ""

@@ -44,10 +44,11 @@ def object_key(raw: Any) -> str | None:
     return f"{namespace}/{name}"
 
 
-def decode(raw: Any) -> Topology | None:
-    """The Topology in `raw`, or None (logged with the object's name) if unreadable."""
+def decode(raw: Any, previous: Topology | None = None) -> Topology | None:
+    """The Topology in `raw`, or None (logged with the object's name) if unreadable;
+    `previous`, the row of the same key, lends its links when their source is unchanged."""
     try:
-        return Topology.from_dict(raw, default_namespace=DEFAULT_NAMESPACE)
+        return Topology.from_dict(raw, default_namespace=DEFAULT_NAMESPACE, previous=previous)
     except ModelError as err:
         log.warning("skipping topology %s: %s", object_key(raw) or "<no name>", err)
         return None
@@ -76,7 +77,8 @@ def apply_event(sink: TopologySink, event_type: str, raw: Any) -> Outcome:
             return Outcome.UNCHANGED
         sink.delete(key)
         return Outcome.CHANGED
-    topology = decode(raw)
+    key = object_key(raw)
+    topology = decode(raw, sink.get(key) if key is not None else None)
     if topology is None:
         return Outcome.UNREADABLE
     return upsert_if_changed(sink, topology)

@@ -139,6 +139,11 @@ class Topology:
     # pod with 1,500 links is looked up once per link when derived, which a
     # scan made quadratic. Not a field of the object's value.
     _by_uid: dict[int, Link] | None = field(default=None, init=False, compare=False, repr=False)
+    # What `from_dict` read the links from (spec.links and the emulation annotation, as
+    # given), so that the object's next version, when those are equal, keeps these links
+    # instead of reading each again: most watch events are status writes. Not a field of
+    # the object's value; kept by `replace`.
+    _source: tuple[Any, Any] | None = field(default=None, compare=False, repr=False)
 
     def link(self, uid: int) -> Link | None:
         by_uid = self._by_uid
@@ -166,7 +171,13 @@ class Topology:
         }
 
     @classmethod
-    def from_dict(cls, obj: Any, default_namespace: str = "default") -> Topology:
+    def from_dict(
+        cls, obj: Any, default_namespace: str = "default", previous: Topology | None = None
+    ) -> Topology:
+        """The Topology `obj` holds; raises ModelError naming the object and field.
+
+        `previous`, an earlier version of the object, lends its links when they were
+        read from the same spec.links and annotation."""
         if not isinstance(obj, dict):
             raise ModelError(f"topology: expected a mapping, got {type(obj).__name__}")
         meta = _mapping(obj.get("metadata"), "topology", "metadata")
@@ -181,10 +192,15 @@ class Topology:
         raw_links = spec.get("links") or []
         if not isinstance(raw_links, list):
             raise ModelError(f"{where}: spec.links: expected a list")
-        links = tuple(_link(raw, f"{where}: spec.links[{i}]") for i, raw in enumerate(raw_links))
-        links = _with_annotation(
-            links, _mapping(meta.get("annotations"), where, "annotations"), where
-        )
+        annotations = _mapping(meta.get("annotations"), where, "annotations")
+        source = (raw_links, annotations.get(ANNOTATION))
+        if previous is not None and previous._source is not None and previous._source == source:
+            links = previous.links
+        else:
+            links = tuple(
+                _link(raw, f"{where}: spec.links[{i}]") for i, raw in enumerate(raw_links)
+            )
+            links = _with_annotation(links, annotations, where)
         status = _status(_mapping(obj.get("status"), where, "status"), where)
         generation = meta.get("generation") or 0
         return cls(
@@ -195,6 +211,7 @@ class Topology:
             uid=str(meta.get("uid") or ""),
             resource_version=str(meta.get("resourceVersion") or ""),
             generation=generation if isinstance(generation, int) else 0,
+            _source=source,
         )
 
 
