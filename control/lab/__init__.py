@@ -6,9 +6,10 @@
 
 What `up` builds, all named `mwl<name>-...` so nothing else is touched:
 
-- a lab directory, default `/run/meshwire-lab/<name>` (tmpfs: it lives exactly as
-  long as the namespaces and processes it describes, and every command finds it
-  from any working directory; `--dir` puts it elsewhere, then pass `--dir` to
+- a lab directory, default `/run/meshwire-lab/<name>` (tmpfs, a mount of its own
+  where `/run` is not one: it lives exactly as long as the namespaces and
+  processes it describes, and every command finds it from any working
+  directory; `--dir` puts it elsewhere, then pass `--dir` to
   every command). It holds `state.json` (everything created, written before
   each creation step, for `down`), the API's SQLite db, per-node configs and
   CNI sockets, and a log per process (`state.py`).

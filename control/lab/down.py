@@ -20,7 +20,6 @@ the server answers.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from meshwire.control.lab import netns, processes
@@ -64,10 +63,6 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
             f"lab {names.lab}: {left}; its objects on {state.kube_server if state else ''} are "
             f"left, and so is {lab.path}: run `meshwire lab down` again"
         )
-    if state is not None:
-        shutil.rmtree(lab.path, ignore_errors=True)
-        removed.append(f"directory {lab.path}")
-    elif lab.path.is_dir() and not any(lab.path.iterdir()):
-        lab.path.rmdir()
+    if lab.remove(whole=state is not None):
         removed.append(f"directory {lab.path}")
     return removed

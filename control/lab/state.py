@@ -2,7 +2,8 @@
 
 Layout of a lab directory (default `/run/meshwire-lab/<name>`: tmpfs, so it
 disappears at reboot together with the namespaces and processes it describes,
-and every `meshwire lab` command finds it from any working directory):
+and every `meshwire lab` command finds it from any working directory; where
+`/run` is not a tmpfs, the default directory is one of its own, tmpfs.py):
 
     state.json            this file's `LabState` but its topologies, rewritten atomically
     topologies.json       the state's topologies, written once (they never change), as
@@ -25,10 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from meshwire.control.lab import tmpfs
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import HUB_IP
 
@@ -155,10 +158,15 @@ class LabState:
 @dataclass(frozen=True, slots=True)
 class LabDir:
     path: Path
+    # Mount a tmpfs of its own on the directory when it is not on one already (tmpfs.py):
+    # the default directory, whose root is meant to be a tmpfs.
+    own_tmpfs: bool = False
 
     @classmethod
     def locate(cls, name: str, directory: str | None) -> LabDir:
-        return cls(Path(directory) if directory else DEFAULT_ROOT / name)
+        if directory:
+            return cls(Path(directory))
+        return cls(DEFAULT_ROOT / name, own_tmpfs=True)
 
     @property
     def state_file(self) -> Path:
@@ -195,6 +203,22 @@ class LabDir:
         # Only the directory itself: its first content is the state file, so a
         # crash right after this leaves an empty directory `down` may remove.
         self.path.mkdir(parents=True, exist_ok=True)
+        if self.own_tmpfs and not tmpfs.on_tmpfs(self.path):
+            tmpfs.mount(self.path)
+
+    def remove(self, whole: bool) -> bool:
+        """Remove the directory, with everything in it when `whole`, else only if empty
+        (the lab's own tmpfs is unmounted first); whether it was removed."""
+        if not self.path.is_dir():
+            return False
+        if not whole and any(self.path.iterdir()):
+            return False
+        tmpfs.unmount(self.path)
+        if whole:
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            self.path.rmdir()
+        return True
 
     def exists(self) -> bool:
         return self.state_file.exists()
