@@ -13,9 +13,12 @@ is rebuilt: every link end has the ifindex it had.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +31,26 @@ from meshwire.control.lab.state import LabDir
 pytestmark = pytest.mark.root
 
 NODE = "node1"
+PR_SET_CHILD_SUBREAPER = 36
 # Bound on the daemon's clean exit after SIGTERM: never a timing check.
 EXIT_LIMIT = 60.0
 
 
+@contextlib.contextmanager
+def subreaper() -> Iterator[None]:
+    """This process adopts its orphaned descendants meanwhile: `lab up` forks the daemons
+    from its fork server, which exits, so they become children of this process."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0, ctypes.get_errno()
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
 def sigterm_and_wait(pid: int) -> int:
-    """SIGTERM the daemon (a child of this process: the lab started it) and reap it;
-    its exit status."""
+    """SIGTERM the daemon (adopted by this process, `subreaper`) and reap it; its exit
+    status."""
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + EXIT_LIMIT
     while True:
@@ -49,7 +65,7 @@ def sigterm_and_wait(pid: int) -> int:
 def test_a_daemon_stopped_by_sigterm_leaves_every_link_and_rebuilds_none_on_restart(
     tmp_path: Path, kind: str
 ) -> None:
-    with lab_up(tmp_path, f"inter_node_link_type: {kind}\n") as lab:
+    with subreaper(), lab_up(tmp_path, f"inter_node_link_type: {kind}\n") as lab:
         for link in LINKS:
             wait_until(lambda link=link: pings(lab, link), f"link {link.uid} carrying a ping")
         before = ifindexes(lab)
