@@ -36,13 +36,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.names import resolve
-from meshwire.control.lab.nsexec import argv_for
+from meshwire.control.lab.nsexec import NOT_STARTED, argv_for, enter, execute
 from meshwire.control.lab.processes import start_time
 from meshwire.control.lab.state import ProcessRecord
-from meshwire.dataplane.netns_thread import setns
 
-NOT_STARTED = 127
+WHO = "forkserver"  # names the fork server in a child's log
 
 
 def main(modules: list[str]) -> int:
@@ -108,18 +106,11 @@ def _child(netns: str, argv: list[str], log: str, can_fork: bool) -> int:
     os.dup2(out, 2)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the child's own fd 0, for its life
-    try:
-        setns(resolve(netns))
-    except OSError as exc:
-        print(f"forkserver: netns {netns}: {exc.strerror or exc}", file=sys.stderr)
+    if not enter(netns, WHO):
         return NOT_STARTED
     module = _module_of(argv)
     if module is None or not can_fork:
-        try:
-            os.execvp(argv[0], argv)
-        except OSError as exc:
-            print(f"forkserver: {argv[0]}: {exc.strerror}", file=sys.stderr)
-        return NOT_STARTED
+        return execute(argv, WHO)
     sys.argv = [module, *argv[3:]]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)

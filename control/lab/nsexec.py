@@ -16,6 +16,8 @@ import sys
 from meshwire.control.lab.names import resolve
 from meshwire.dataplane.netns_thread import setns
 
+# The exit status when NETNS or CMD is missing, as a shell gives for a command not found.
+NOT_STARTED = 127
 USAGE = "usage: python -m meshwire.control.lab.nsexec NETNS -- CMD [ARGS...]"
 
 
@@ -24,16 +26,29 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     target, command = argv[0], argv[2:]
+    if not enter(target):
+        return NOT_STARTED
+    return execute(command)
+
+
+def enter(target: str, who: str = "nsexec") -> bool:
+    """Join the namespace `target` (name or path); False, with a message naming it, if
+    that cannot be done."""
     try:
         setns(resolve(target))
     except OSError as exc:
-        print(f"nsexec: netns {target}: {exc.strerror or exc}", file=sys.stderr)
-        return 127
+        print(f"{who}: netns {target}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def execute(command: list[str], who: str = "nsexec") -> int:
+    """Exec `command`; returns NOT_STARTED, with a message naming it, only if that fails."""
     try:
         os.execvp(command[0], command)
     except OSError as exc:
-        print(f"nsexec: {command[0]}: {exc.strerror}", file=sys.stderr)
-    return 127
+        print(f"{who}: {command[0]}: {exc.strerror}", file=sys.stderr)
+    return NOT_STARTED
 
 
 def argv_for(netns: str, command: list[str]) -> list[str]:
