@@ -1,4 +1,4 @@
-"""The topologies table: revisions, change tracking and the peer/node indexes."""
+"""The topologies table: revisions, change tracking and the peer/node/namespace indexes."""
 
 from __future__ import annotations
 
@@ -37,6 +37,21 @@ def test_pods_are_found_by_node_and_move_with_their_src_ip() -> None:
     assert table.on_node(NODE_B) == {"default/r2"}
     table.delete("default/r1")
     assert table.on_node(NODE_A) == set()
+
+
+def test_the_namespaces_are_those_holding_a_topology() -> None:
+    table = TopologyTable()
+    assert table.namespaces() == set()
+    table.upsert(pod("r1", namespace="lab-a"))
+    table.upsert(pod("r2", namespace="lab-a"))
+    table.upsert(pod("r1", namespace="lab-b"))
+    assert table.namespaces() == {"lab-a", "lab-b"}
+    table.delete("lab-a/r1")
+    assert table.namespaces() == {"lab-a", "lab-b"}
+    table.delete("lab-a/r2")
+    assert table.namespaces() == {"lab-b"}
+    table.namespaces().add("lab-c")  # a copy: the caller's changes stay its own
+    assert table.namespaces() == {"lab-b"}
 
 
 def test_an_identical_object_is_not_a_change() -> None:

@@ -256,8 +256,7 @@ class SlotKeeper:
                 await asyncio.sleep(delay)
 
     def _wanted(self) -> set[str]:
-        keys = self.topologies.keys()
-        namespaces = {key.partition("/")[0] for key in keys}
+        namespaces = self.topologies.namespaces()
         if self.namespace:
             namespaces &= {self.namespace}
         return namespaces

@@ -94,6 +94,10 @@ class Table(Generic[V]):
         """Primary keys whose row the index maps to `index_key`; O(1), a copy."""
         return set(self._indexes[index].get(index_key, ()))
 
+    def index_keys(self, index: str) -> set[str]:
+        """The index keys some row maps to; O(index keys), a copy."""
+        return set(self._indexes[index])
+
     # -- writes ---------------------------------------------------------------
 
     def upsert(self, key: str, obj: V) -> int:

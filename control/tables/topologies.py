@@ -6,7 +6,9 @@ the lookups the reconcilers need O(1):
 - `peer`: `ns/peer_pod` -> the pods whose links point at that pod (the
   inverted index of KNE #743), so a change to pod X touches only X and its
   dependents;
-- `node`: `status.src_ip` -> the pods on that node.
+- `node`: `status.src_ip` -> the pods on that node;
+- `namespace`: a namespace -> its pods, so the namespaces holding a Topology
+  are known without a pass over every row.
 
 A placement this node wrote (`place`) is shown over the informer's older
 objects until the API has it (local_placements.py); the status writer says
@@ -24,6 +26,7 @@ from meshwire.control.tables.table import ChangeTracker, Table
 
 PEER_INDEX = "peer"
 NODE_INDEX = "node"
+NAMESPACE_INDEX = "namespace"
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +39,17 @@ def _node(topology: Topology) -> Iterable[str]:
     return (topology.status.src_ip,) if topology.status.src_ip else ()
 
 
+def _namespace(topology: Topology) -> Iterable[str]:
+    return (topology.namespace,)
+
+
 class TopologyTable:
     """The table, with the informer's sink interface (`upsert(topology)`, `delete(key)`)."""
 
     def __init__(self) -> None:
         self.table: Table[Topology] = Table(
-            "topologies", indexes={PEER_INDEX: _peers, NODE_INDEX: _node}
+            "topologies",
+            indexes={PEER_INDEX: _peers, NODE_INDEX: _node, NAMESPACE_INDEX: _namespace},
         )
         # Pod key -> the placement this node wrote and the API may not have yet.
         # Invariant: a key is here iff it is in _delivered, and its row is
@@ -162,6 +170,10 @@ class TopologyTable:
     def dependents(self, key: str) -> set[str]:
         """Keys of the pods with a link to pod `key` (`ns/name`), present or not."""
         return self.table.lookup(PEER_INDEX, key)
+
+    def namespaces(self) -> set[str]:
+        """The namespaces that hold at least one Topology."""
+        return self.table.index_keys(NAMESPACE_INDEX)
 
     def on_node(self, node_ip: str) -> set[str]:
         """Keys of the pods whose `status.src_ip` is `node_ip`."""
