@@ -39,6 +39,7 @@ from typing import Any
 from kubernetes.aio.client import ApiClient
 
 from meshwire.control.cni.endpoint import CniEndpoint
+from meshwire.control.common import heap
 from meshwire.control.common.config import Config
 from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_patiently
 from meshwire.control.common.queue import WorkQueue
@@ -332,7 +333,8 @@ class Daemon:
         await self.topologies.wait_initialized()
         await self.slots.synced.wait()
         placements.start()
-        self.plumbing.mark(self.desired.step())
+        with heap.bulk():
+            self.plumbing.mark(self.desired.step())
         self.links.mark_initialized()
         log.info(
             "topologies synced: %d objects, %d links for this node",

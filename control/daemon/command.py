@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import uvloop
 
 from meshwire.control.auth.certs import CredentialError
+from meshwire.control.common import heap
 from meshwire.control.common.config import Config, ConfigError, load_config, parse_overrides
 from meshwire.control.common.listening import ListenError
 from meshwire.dataplane.logs import setup_logging
+
+if TYPE_CHECKING:
+    from meshwire.control.daemon.app import Daemon
+
+log = logging.getLogger(__name__)
 
 # Flag -> config key, for the keys deployments set most.
 SHORTHANDS = {
@@ -81,4 +89,15 @@ async def _run(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, daemon.stop)
-    await daemon.run()
+    settling = asyncio.create_task(_settle(daemon), name="settle")
+    try:
+        await daemon.run()
+    finally:
+        settling.cancel()
+
+
+async def _settle(daemon: Daemon) -> None:
+    """Freeze the process's heap once the first sync has built the tables
+    (common/heap.py): a full collection then walks only what came after."""
+    await daemon.links.wait_initialized()
+    log.info("heap settled after the first sync: %d objects frozen", heap.settle())

@@ -41,6 +41,7 @@ from aiohttp import ClientResponse
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
 
+from meshwire.control.common import heap
 from meshwire.control.common.config import ApiConfig, default
 from meshwire.control.common.retries import Backoff, BackoffPolicy, Clock
 from meshwire.control.informer.apply import Outcome, Snapshot, apply_event, apply_snapshot
@@ -162,8 +163,9 @@ class Informer:
         token: str | None = None
         while True:
             page = await self._list_page(token)
-            for item in page.get("items") or []:
-                snapshot.add(item)
+            with heap.bulk():
+                for item in page.get("items") or []:
+                    snapshot.add(item)
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
             if token is None:
@@ -171,7 +173,8 @@ class Informer:
                 break
         self._backoff.healthy()
         self.stats.last_error = ""
-        result = apply_snapshot(self._sink, snapshot)
+        with heap.bulk():
+            result = apply_snapshot(self._sink, snapshot)
         self.stats.lists += 1
         self.stats.unreadable += len(snapshot.unreadable)
         self.stats.changes += result.upserted + result.deleted
