@@ -2,14 +2,24 @@
 
 Shared by the informer and the status writer so both talk to the same server
 the same way.
+
+The proxy the environment names for the server (`HTTP_PROXY`, `HTTPS_PROXY`,
+`NO_PROXY`, as aiohttp reads them) is looked up once, when the client is
+made, not for every request: the client's own `trust_env` session reads the
+environment and `~/.netrc` again on each one, in two trips through a thread
+pool, which cost 0.46 ms of CPU per request here, more than the rest of the
+request. A kubeconfig's `proxy-url` wins over the environment. No netrc
+credentials are sent to the server (the Kubernetes clients never read netrc).
 """
 
 from __future__ import annotations
 
 import os
 
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes.aio import config as kube_config
 from kubernetes.aio.client import ApiClient, Configuration
+from yarl import URL
 
 # Where a pod's service-account token is mounted (the client's own constant).
 TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
@@ -35,7 +45,7 @@ async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
     stat before each request: a rotated token is used from the next request on.
     """
     if url:
-        return ApiClient(Configuration(host=url.rstrip("/")))
+        return _client(Configuration(host=url.rstrip("/")))
     configuration = Configuration()
     if kubeconfig:
         _require_file(kubeconfig)
@@ -57,6 +67,22 @@ async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
                 f"api.url and api.kubeconfig are both empty, and the in-cluster "
                 f"service account is unusable: {err}"
             ) from err
+    return _client(configuration)
+
+
+def _client(configuration: Configuration) -> ApiClient:
+    """The client, its session told the environment's proxy for the server once."""
+    session: dict[str, object] = {"trust_env": False}
+    if configuration.proxy is None:  # a kubeconfig's proxy-url wins
+        try:
+            proxy, credentials = get_env_proxy_for_url(URL(configuration.host))
+        except LookupError:
+            pass
+        else:
+            if credentials is not None:
+                proxy = proxy.with_user(credentials.login).with_password(credentials.password)
+            session["proxy"] = proxy
+    configuration.client_session_kwargs = session
     return ApiClient(configuration)
 
 
