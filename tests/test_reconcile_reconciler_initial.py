@@ -61,8 +61,8 @@ async def test_a_status_change_wakes_those_waiting_on_that_row_only() -> None:
         scenario.cmd_synced()
         await pause.wait_reached()  # link 1's first update is under way
         [key] = scenario.daemon.links.keys()
-        on_link = asyncio.create_task(reconciler.status_change([key]))
-        on_other = asyncio.create_task(reconciler.status_change(["default/elsewhere"]))
+        on_link = reconciler.status_change([key])
+        on_other = reconciler.status_change(["default/elsewhere"])
         await asyncio.sleep(0)
         assert not on_link.done()
 
@@ -88,8 +88,8 @@ async def test_a_derivation_step_wakes_those_waiting_for_pending_changes() -> No
         # A change the derive loop has not taken yet.
         scenario.daemon.topologies.upsert(Topology("default", "r3"))
         assert desired.pending()
-        woken = asyncio.create_task(desired.stepped())
-        cancelled = asyncio.create_task(desired.stepped())
+        woken = desired.stepped()
+        cancelled = desired.stepped()
         for _ in range(10):
             await asyncio.sleep(0)
         assert not woken.done()
@@ -100,5 +100,38 @@ async def test_a_derivation_step_wakes_those_waiting_for_pending_changes() -> No
         await asyncio.wait_for(woken, 30)
         assert not desired.pending()
         assert cancelled.cancelled()
+        # A step that runs before the waiter is first awaited still wakes it.
+        scenario.daemon.topologies.upsert(Topology("default", "r4"))
+        early = desired.stepped()
+        desired.step()
+        assert early.done()
+    finally:
+        await scenario.daemon.stop()
+
+
+async def test_a_status_set_before_the_waiter_is_awaited_still_wakes_it() -> None:
+    # The CNI ADD asks for the wake-up, then waits in a task of its own: a pass
+    # that completes in between (its callback runs first) must not be missed,
+    # or the ADD sleeps out its poll (up to 50 ms) with its links already up.
+    scenario = Scenario("early wake")
+    scenario.cmd_pod("r1", "r2")
+    scenario.cmd_link("1", "r1:eth1", "r2:eth1")
+    for pod in ("r1", "r2"):
+        scenario.cmd_place(pod, f"/ns/{pod}")
+    reconciler = scenario.daemon.reconciler
+    try:
+        scenario.cmd_synced()
+        await scenario.cmd_settle()
+        [key] = scenario.daemon.links.keys()
+        woken = reconciler.status_change([key])
+        left = reconciler.status_change([key])
+        reconciler.verify([key])  # sets the row pending at once
+        assert woken.done() and left.done()
+        cancelled = reconciler.status_change([key, "default/elsewhere"])
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        await scenario.cmd_settle()
+        assert reconciler.links.status(key).state is State.DONE
+        assert not reconciler._status_waiters  # resolved or cancelled, none is kept
     finally:
         await scenario.daemon.stop()

@@ -55,16 +55,18 @@ class DesiredLinks:
     async def wait(self) -> None:
         await self._tracker.wait()
 
-    async def stepped(self) -> None:
-        """Return once the next `step` has run: how a caller that saw `pending()` learns,
-        without polling, that the changes were applied. Cancelling it leaves nothing."""
+    def stepped(self) -> asyncio.Future[None]:
+        """A future resolved once the next `step` has run: how a caller that saw
+        `pending()` learns, without polling, that the changes were applied. It counts
+        from this call on; cancelling it leaves nothing."""
         step: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._steppers.append(step)
-        try:
-            await step
-        finally:
-            if step in self._steppers:
-                self._steppers.remove(step)
+        step.add_done_callback(self._forget_stepper)
+        return step
+
+    def _forget_stepper(self, step: asyncio.Future[None]) -> None:
+        if step in self._steppers:
+            self._steppers.remove(step)
 
     def step(self) -> set[str]:
         """Apply every topology change since the last step; returns the pods re-derived."""

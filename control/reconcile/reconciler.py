@@ -317,25 +317,29 @@ class LinkReconciler:
             if not changed.done():
                 changed.set_result(None)
 
-    async def status_change(self, keys: Iterable[str]) -> None:
-        """Return once the status of one of the rows `keys` is set again (a poller's
-        early wake-up: only the rows it polls wake it).
+    def status_change(self, keys: Iterable[str]) -> asyncio.Future[None]:
+        """A future resolved once the status of one of the rows `keys` is set again (a
+        poller's early wake-up: only the rows it polls wake it).
 
-        Bound it with a timeout: nothing may change. Cancelling it leaves nothing.
+        It watches from this call on, not from when it is first awaited: a status set
+        by a callback that runs before the waiter's task does still wakes it. Bound
+        it with a timeout: nothing may change. Resolved or cancelled, it leaves
+        nothing behind.
         """
         changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         watched = list(keys)
         for key in watched:
             self._status_waiters.setdefault(key, []).append(changed)
-        try:
-            await changed
-        finally:
-            for key in watched:
-                waiters = self._status_waiters.get(key)
-                if waiters is not None and changed in waiters:
-                    waiters.remove(changed)
-                    if not waiters:
-                        del self._status_waiters[key]
+        changed.add_done_callback(lambda _: self._unwatch(changed, watched))
+        return changed
+
+    def _unwatch(self, changed: asyncio.Future[None], keys: list[str]) -> None:
+        for key in keys:
+            waiters = self._status_waiters.get(key)
+            if waiters is not None and changed in waiters:
+                waiters.remove(changed)
+                if not waiters:
+                    del self._status_waiters[key]
 
     def _check_initial(self) -> None:
         if self._initial is not None and not self._initial and not self.initial_done.is_set():
