@@ -27,8 +27,6 @@ import time
 import urllib.request
 from typing import Any, BinaryIO
 
-from meshwire.control.client.links_command import TIMEOUT, daemon_url
-from meshwire.control.common.config import ConfigError
 from meshwire.dataplane.netns_thread import call_in_netns
 
 ETH_P_ALL = 0x0003
@@ -153,6 +151,11 @@ def run(netns: str, intf: str, write: str, count: int, seconds: float, what: str
 
 
 def main(argv: list[str]) -> int:
+    # Only this command reads a daemon's config; `meshwire lab` imports the module
+    # for its capture options and would pay for the config model at every start.
+    from meshwire.control.client.links_command import TIMEOUT, daemon_url
+    from meshwire.control.common.config import ConfigError
+
     args = parser().parse_args(argv)
     what = "meshwire capture"
     netns, intf = args.netns, args.end

@@ -24,12 +24,13 @@ from pathlib import Path
 
 from meshwire.control.lab import netns, processes
 from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.state import LabDir, LabState
 
 
 def _delete_from_server(state: LabState) -> list[str]:
+    from meshwire.control.lab.kube import KubeLab  # the Kubernetes client: only this lab kind
+
     kube = KubeLab(Path(state.kubeconfig))
     try:
         return kube.delete(state.topology_keys(), state.kube_created)

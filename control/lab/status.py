@@ -26,7 +26,6 @@ from meshwire.control.lab import processes
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.kernel import Ends
-from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.links import LabEnd, lab_links, topologies_of
 from meshwire.control.lab.names import HUB_IP, LabNames, netns_path
 from meshwire.control.lab.probe import http_get
@@ -83,6 +82,8 @@ def _statuses(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _kube_statuses(state: LabState) -> dict[str, dict[str, Any]] | None:
     """The statuses from the API server of `lab up --kubeconfig`, as its kubeconfig reaches it."""
+    from meshwire.control.lab.kube import KubeLab  # the Kubernetes client: only this lab kind
+
     try:
         kube = KubeLab(Path(state.kubeconfig))
     except LabError:

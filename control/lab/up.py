@@ -21,6 +21,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from meshwire.control.auth import certs
 from meshwire.control.lab import daemons, nodes, pods, processes, relay
@@ -29,7 +30,6 @@ from meshwire.control.lab.cni import MARGIN
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.forkserver import ForkServer
 from meshwire.control.lab.kernel import Ends
-from meshwire.control.lab.kube import KubeLab
 from meshwire.control.lab.links import LabLink, lab_links
 from meshwire.control.lab.names import (
     API_PORT,
@@ -48,6 +48,9 @@ from meshwire.control.lab.state import LabDir, LabState, NodeRecord, ProcessReco
 from meshwire.control.lab.status import api_statuses
 from meshwire.control.model.topology import Topology
 from meshwire.dataplane import hostport
+
+if TYPE_CHECKING:
+    from meshwire.control.lab.kube import KubeLab
 
 API_START_TIMEOUT = 30.0
 DAEMON_READY_TIMEOUT = 60.0
@@ -97,7 +100,11 @@ def _read_and_up(
     wanted = load_placement(options.placement) if options.placement else {}
     placement = place([t.key for t in topologies], node_names, wanted)
     base = daemons.read_base(options.config)
-    kube = KubeLab(options.kubeconfig) if options.kubeconfig else None
+    kube = None
+    if options.kubeconfig:
+        from meshwire.control.lab.kube import KubeLab  # the Kubernetes client: only this lab kind
+
+        kube = KubeLab(options.kubeconfig)
     try:
         if kube is not None:
             kube.check_crd()
