@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from derive_helpers import pair
 from reconciler_helpers import NODE, Daemon, FakeDriver
+from slot_helpers import HashedSlots
 
 from meshwire.control.cni.protocol import (
     Attachment,
@@ -255,4 +257,44 @@ async def test_check_says_the_same_errors_as_plumbing_error_a_wires_handshake_in
             await handler(daemon, written, 1.0).check(check)
         assert pending.value.code == ErrorCode.TRY_AGAIN_LATER
     finally:
+        await daemon.stop()
+
+
+class NoSlotYet:
+    """A `SlotSource` before the namespace's id slot is claimed."""
+
+    def slot_of(self, namespace: str) -> None:
+        return None
+
+
+async def test_an_add_waits_for_a_link_across_nodes_until_its_namespace_has_ids() -> None:
+    # r1's link to r2 on another node is due, but its vxlan id comes from the
+    # namespace's slot: answering before the link exists would start the pod
+    # without its interface.
+    r1_end, r2_end = pair(1, "r1", "r2")
+    elsewhere = TopologyStatus(src_ip="10.99.0.2", net_ns="/ns/r2", container_id="c9")
+    daemon, written = Daemon(FakeDriver(), FakeClock()), Written()
+    daemon.topologies.upsert(dataclasses.replace(R1, links=(r1_end,)))
+    daemon.topologies.upsert(Topology("default", "r2", links=(r2_end,), status=elsewhere))
+    daemon.topologies.mark_initialized()
+    daemon.links.mark_initialized()
+    daemon.desired.slots = NoSlotYet()
+    deriving = asyncio.create_task(derive_loop(daemon))
+    try:
+        with pytest.raises(CniError) as refused:
+            await handler(daemon, written, 0.2).add(ADD)
+        assert refused.value.code == ErrorCode.TRY_AGAIN_LATER
+        assert "links across nodes wait for namespace default's ids" in str(refused.value)
+        assert daemon.links.keys() == []
+
+        # The runtime retries; the slot comes while it waits.
+        adding = asyncio.create_task(handler(daemon, written, 10.0).add(ADD))
+        await asyncio.sleep(0.05)
+        assert not adding.done()
+        daemon.desired.slots = HashedSlots()
+        daemon.desired.rederive_namespaces({"default"})
+        await asyncio.wait_for(adding, 10.0)
+        assert daemon.links.keys() == ["default/1/r1"]  # r1's vxlan end
+    finally:
+        deriving.cancel()
         await daemon.stop()

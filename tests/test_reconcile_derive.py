@@ -73,6 +73,33 @@ def test_a_link_to_a_peer_that_is_not_running_waits_without_a_problem() -> None:
     table = two_pods(NODE_A, "")
     derived = derive_pods(table, {"default/r1"}, ON_A, SLOTS)
     assert derived.rows == {} and derived.problems == {}
+    assert derived.waiting_for_slot == set()  # nothing is due: the peer comes later
+
+
+class NoSlotYet:
+    """A `SlotSource` before the namespace's slot is claimed."""
+
+    def slot_of(self, namespace: str) -> None:
+        return None
+
+
+def test_a_link_across_nodes_is_due_but_waits_for_its_namespaces_slot() -> None:
+    table = two_pods(NODE_A, NODE_B)
+    waiting = derive_pods(table, {"default/r1"}, ON_A, NoSlotYet())
+    assert waiting.rows == {} and waiting.problems == {}
+    assert waiting.waiting_for_slot == {"default/r1"}
+    # A link on this node needs no id: nothing waits.
+    local = derive_pods(two_pods(NODE_A, NODE_A), {"default/r1"}, ON_A, NoSlotYet())
+    assert len(local.rows) == 1 and local.waiting_for_slot == set()
+    # Desired links keep the list, and drop the pod once its slot came.
+    links = new_links_table()
+    desired = DesiredLinks(table, links, ON_A, NoSlotYet())
+    desired.step()
+    assert desired.waiting_for_slot == {"default/r1"}
+    desired.slots = SLOTS
+    desired.rederive_namespaces({"default"})
+    assert desired.waiting_for_slot == set()
+    assert [row.kind for row in links.values()] == [LinkKind.VXLAN]
 
 
 def test_localhost_gives_a_macvlan_on_the_host_interface() -> None:

@@ -251,11 +251,12 @@ class DaemonCniHandler:
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.
 
-        Converging: derivation has changes to apply, or a row is pending or
-        failing with an error a retry may fix. Problems found by derivation
-        (invalid links) and permanent errors are final until the topology changes.
+        Converging: derivation has changes to apply, a link is due but its
+        namespace has no id slot yet, or a row is pending or failing with an error
+        a retry may fix. Problems found by derivation (invalid links) and permanent
+        errors are final until the topology changes.
         """
-        converging = self.desired.pending()
+        converging = self.desired.pending() or pod_key in self.desired.waiting_for_slot
         keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
         for key in keys:
             status = self.reconciler.links.status(key)
@@ -296,6 +297,9 @@ class DaemonCniHandler:
                     log.warning("pod %s added; links that cannot be built: %s", pod_key, errors)
                 return
             if loop.time() >= deadline:
+                if pod_key in self.desired.waiting_for_slot:
+                    namespace = pod_key.partition("/")[0]
+                    errors = [*errors, f"links across nodes wait for namespace {namespace}'s ids"]
                 raise CniError(
                     ErrorCode.TRY_AGAIN_LATER,
                     f"pod {pod_key}: links not realised within {self.add_timeout:g}s"

@@ -11,7 +11,8 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
   pods is derived (no "lazy half");
 - peer on another node: a vxlan or grpc row, as `inter_node_link_type` says,
   with ids from the namespace's slot (`ids.py`). A namespace without a slot
-  yet gets no such row (the link waits, as for a peer not running; a change
+  yet gets no such row, and the pod is listed as waiting for it (a CNI ADD
+  waits too: the link is due, unlike one whose peer is not running; a change
   of slots re-derives it); one that cannot get a slot gets the row with
   `id_problem` set, which the driver reports instead of building anything.
 
@@ -30,6 +31,7 @@ problem naming the object, link and field; the pod's other links still work.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -61,10 +63,21 @@ class SlotSource(Protocol):
 
 @dataclass(slots=True)
 class Derived:
-    """Rows for the derived pods, keyed by row key, and problems per pod key."""
+    """Rows for the derived pods, keyed by row key, problems per pod key, and the pods
+    with a link that waits for its namespace's id slot."""
 
     rows: dict[str, LinkRow] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)
+    waiting_for_slot: set[str] = field(default_factory=set)
+
+
+class NoSlot(enum.Enum):
+    """A link's row is due, but its namespace has no id slot yet."""
+
+    NO_SLOT = "no slot"
+
+
+NO_SLOT = NoSlot.NO_SLOT
 
 
 def is_local(topology: Topology, node: NodeView) -> bool:
@@ -89,8 +102,10 @@ def derive_pods(
         problems.extend(str(p) for p in validated.problems)
         for link in validated.links:
             row = _row(table, topology, link.uid, node, slots, problems)
-            if row is not None:
+            if isinstance(row, LinkRow):
                 out.rows[row.key] = row
+            elif row is NO_SLOT:
+                out.waiting_for_slot.add(key)
         if not problems:
             del out.problems[key]
     return out
@@ -103,7 +118,9 @@ def _row(
     node: NodeView,
     slots: SlotSource,
     problems: list[str],
-) -> LinkRow | None:
+) -> LinkRow | NoSlot | None:
+    """The link's row; NO_SLOT when it is due but its namespace has no id slot yet;
+    None when there is none to build (the peer is not running, or a problem)."""
     link = topology.link(uid)
     assert link is not None  # validate_topology only returns links of this topology
     mac = end_mac(topology.namespace, topology.name, link)
@@ -173,7 +190,7 @@ def _row(
         kind = LinkKind.GRPC
     slot = slots.slot_of(topology.namespace)
     if slot is None:
-        return None
+        return NO_SLOT
     if isinstance(slot, str):
         return row(
             kind, local, remote, peer_status.src_ip, id_problem=slot, down=down, emulated=emulated

@@ -44,6 +44,8 @@ class DesiredLinks:
         # Pod key -> the problems of its links that derivation found (invalid
         # links, ends that disagree). Only pods with problems are present.
         self.problems: dict[str, list[str]] = {}
+        # Pod keys with a link that is due but waits for its namespace's id slot.
+        self.waiting_for_slot: set[str] = set()
         self.rebuilds = rebuilds if rebuilds is not None else Rebuilds()
         self._tracker = topologies.track()
         # Callers of `stepped()` waiting for the next step, resolved by it.
@@ -116,6 +118,10 @@ class DesiredLinks:
                 self.problems[pod] = problems
             else:
                 self.problems.pop(pod, None)
+            if pod in derived.waiting_for_slot:
+                self.waiting_for_slot.add(pod)
+            else:
+                self.waiting_for_slot.discard(pod)
         before = [row for key in stale if (row := self.links.get(key)) is not None]
         self.rebuilds.observe(pods, before, derived.rows.values())
         for key, row in derived.rows.items():
