@@ -10,8 +10,8 @@ links were being built waited that long.
   work of reading a full list into rows: it allocates hundreds of thousands
   of objects that all stay, which sets off one full collection after another
   (four, 260 ms, in a 10,000-object sync) and none of them finds garbage
-  worth the walk. The block holds no await, so nothing else allocates while
-  the collector is off; blocks nest.
+  worth the walk. The block holds no await, so no other task runs until it
+  ends and the pause lasts as long as that one computation; blocks nest.
 - `settle()`: once the first sync has built the tables, every object then
   alive moves to the collector's permanent generation (`gc.freeze`), so a
   later full collection walks only what came after. A frozen object is still
