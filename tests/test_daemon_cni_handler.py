@@ -291,8 +291,10 @@ async def test_an_add_waits_for_a_link_across_nodes_until_its_namespace_has_ids(
         adding = asyncio.create_task(handler(daemon, written, 10.0).add(ADD))
         await asyncio.sleep(0.05)
         assert not adding.done()
+        woken = daemon.desired.stepped()  # what the waiting ADD sleeps on, beside its poll
         daemon.desired.slots = HashedSlots()
         daemon.desired.rederive_namespaces({"default"})
+        assert woken.done()
         await asyncio.wait_for(adding, 10.0)
         assert daemon.links.keys() == ["default/1/r1"]  # r1's vxlan end
     finally:

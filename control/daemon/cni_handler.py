@@ -240,10 +240,10 @@ class DaemonCniHandler:
         )
         return True
 
-    async def _changed(self, keys: set[str], within: float) -> None:
-        """Until a status of `keys` is set again, the pending derivation step ran, or
-        `within` s passed."""
-        if self.desired.pending():
+    async def _changed(self, pod_key: str, keys: set[str], within: float) -> None:
+        """Until a status of `keys` is set again, derivation ran (if changes are
+        pending, or the pod waits for its namespace's slot), or `within` s passed."""
+        if self.desired.pending() or pod_key in self.desired.waiting_for_slot:
             await first(self.reconciler.status_change(keys), self.desired.stepped(), within=within)
         else:
             await first(self.reconciler.status_change(keys), within=within)
@@ -311,4 +311,4 @@ class DaemonCniHandler:
             # restart's time. Rows derivation adds meanwhile are seen at the next
             # wake-up.
             keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
-            await self._changed(keys, polls.next_delay())
+            await self._changed(pod_key, keys, polls.next_delay())

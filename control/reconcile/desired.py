@@ -58,9 +58,10 @@ class DesiredLinks:
         await self._tracker.wait()
 
     def stepped(self) -> asyncio.Future[None]:
-        """A future resolved once the next `step` has run: how a caller that saw
-        `pending()` learns, without polling, that the changes were applied. It counts
-        from this call on; cancelling it leaves nothing."""
+        """A future resolved once derivation next ran (a `step`, or pods re-derived
+        because their slots changed): how a caller that saw `pending()`, or a pod
+        waiting for its slot, learns without polling that the changes were applied.
+        It counts from this call on; cancelling it leaves nothing."""
         step: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._steppers.append(step)
         step.add_done_callback(self._forget_stepper)
@@ -78,11 +79,14 @@ class DesiredLinks:
             affected |= self.topologies.dependents(key)
         if affected:
             self.rederive(affected)
+        self._wake_steppers()
+        return affected
+
+    def _wake_steppers(self) -> None:
         steppers, self._steppers = self._steppers, []
         for step in steppers:
             if not step.done():
                 step.set_result(None)
-        return affected
 
     def rederive_all(self) -> None:
         """Re-derive every pod this node has rows for or that claims this node."""
@@ -106,6 +110,7 @@ class DesiredLinks:
         }
         if pods:
             self.rederive(pods)
+        self._wake_steppers()
         return pods
 
     def rederive(self, pods: set[str]) -> None:
