@@ -25,6 +25,7 @@ from browser_helpers import Browser
 
 from meshwire.control.lab import command
 from meshwire.control.lab.state import LabDir, LabState
+from tests.kubeconfigs import write_kubeconfig
 from tests.paths import REPO
 
 pytestmark = pytest.mark.root
@@ -159,19 +160,7 @@ def test_clicking_a_link_shows_its_ends_kind_and_counters(lab: LiveLab) -> None:
 def test_graph_on_a_cluster_draws_the_namespace_from_its_topologies(
     lab: LiveLab, tmp_path: Path
 ) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "lab",
-                "clusters": [{"name": "lab", "cluster": {"server": lab.state.host_url}}],
-                "users": [{"name": "me", "user": {"token": "any"}}],
-                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "me"}}],
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", lab.state.host_url, token="any")
     out = tmp_path / "lab.json"
 
     done = lab.meshwire("graph", "--kubeconfig", str(kubeconfig), "-n", "default", "-o", str(out))

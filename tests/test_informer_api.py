@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import uvloop
-import yaml
 from kubernetes.aio.client import ApiClient
 
 from meshwire.control.api.server import ApiServer
@@ -34,6 +33,7 @@ from tests.informer_helpers import (
     wait_converged,
     wait_until,
 )
+from tests.kubeconfigs import write_kubeconfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -257,20 +257,6 @@ async def test_a_half_open_watch_is_abandoned_after_the_client_timeout(
             await wait_converged(sink, api)
             assert sink.take_log() == ["upsert default/r1"]
             assert informer.stats.lists == 1
-
-
-def write_kubeconfig(path: Path, server: str) -> Path:
-    """A kubeconfig as a cluster admin hands one out: a cluster, a token user, a context."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "lab",
-        "clusters": [{"name": "lab", "cluster": {"server": server}}],
-        "users": [{"name": "node", "user": {"token": "node-token"}}],
-        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "node"}}],
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 async def test_the_informer_syncs_and_streams_through_a_kubeconfig(

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import yaml
 from aiohttp import web
 from kubernetes.aio.client import CustomObjectsApi
 
@@ -23,6 +22,7 @@ from meshwire.control.api.server import ApiServer
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from tests.informer_helpers import private_loopback
+from tests.kubeconfigs import write_kubeconfig
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.root]
 
@@ -130,21 +130,7 @@ async def test_a_kubeconfig_proxy_url_wins_over_the_environment(
         ForwardProxy().running() as environment,
     ):
         monkeypatch.setenv("HTTP_PROXY", environment.url)
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "lab",
-                    "clusters": [
-                        {"name": "lab", "cluster": {"server": url, "proxy-url": named.url}}
-                    ],
-                    "users": [{"name": "node", "user": {}}],
-                    "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "node"}}],
-                }
-            )
-        )
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, proxy_url=named.url)
         api = await make_api_client("", str(kubeconfig))
         try:
             listed = await CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)

@@ -46,14 +46,20 @@ async def test_a_row_removed_while_its_first_update_runs_does_not_hold_readiness
         await scenario.daemon.stop()
 
 
-async def test_a_status_change_wakes_those_waiting_on_that_row_only() -> None:
-    # A CNI ADD waits on its pod's rows and looks again as soon as one is
-    # realised, instead of waiting out its poll; other pods' ADDs sleep on.
-    scenario = Scenario("status wake")
+def placed_pair(name: str) -> Scenario:
+    """Pods r1 and r2 on this node, placed, with one link between them."""
+    scenario = Scenario(name)
     scenario.cmd_pod("r1", "r2")
     scenario.cmd_link("1", "r1:eth1", "r2:eth1")
     for pod in ("r1", "r2"):
         scenario.cmd_place(pod, f"/ns/{pod}")
+    return scenario
+
+
+async def test_a_status_change_wakes_those_waiting_on_that_row_only() -> None:
+    # A CNI ADD waits on its pod's rows and looks again as soon as one is
+    # realised, instead of waiting out its poll; other pods' ADDs sleep on.
+    scenario = placed_pair("status wake")
     pause = Pause()
     scenario.driver.update = pause.around(scenario.driver.update)  # type: ignore[method-assign]
     reconciler = scenario.daemon.reconciler
@@ -113,11 +119,7 @@ async def test_a_status_set_before_the_waiter_is_awaited_still_wakes_it() -> Non
     # The CNI ADD asks for the wake-up, then waits in a task of its own: a pass
     # that completes in between (its callback runs first) must not be missed,
     # or the ADD sleeps out its poll (up to 50 ms) with its links already up.
-    scenario = Scenario("early wake")
-    scenario.cmd_pod("r1", "r2")
-    scenario.cmd_link("1", "r1:eth1", "r2:eth1")
-    for pod in ("r1", "r2"):
-        scenario.cmd_place(pod, f"/ns/{pod}")
+    scenario = placed_pair("early wake")
     reconciler = scenario.daemon.reconciler
     try:
         scenario.cmd_synced()
