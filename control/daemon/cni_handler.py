@@ -243,7 +243,7 @@ class DaemonCniHandler:
     async def _changed(self, pod_key: str, keys: set[str], within: float) -> None:
         """Until a status of `keys` is set again, derivation ran (if changes are
         pending, or the pod waits for its namespace's slot), or `within` s passed."""
-        if self.desired.pending() or pod_key in self.desired.waiting_for_slot:
+        if self.desired.owes(pod_key):
             await first(self.reconciler.status_change(keys), self.desired.stepped(), within=within)
         else:
             await first(self.reconciler.status_change(keys), within=within)
@@ -256,7 +256,7 @@ class DaemonCniHandler:
         a retry may fix. Problems found by derivation (invalid links) and permanent
         errors are final until the topology changes.
         """
-        converging = self.desired.pending() or pod_key in self.desired.waiting_for_slot
+        converging = self.desired.owes(pod_key)
         keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
         for key in keys:
             status = self.reconciler.links.status(key)

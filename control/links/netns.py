@@ -105,9 +105,14 @@ def open_netns(path: str) -> Iterator[Netns]:
         os.close(fd)
 
 
+def _route_socket(ns: Netns) -> socket.socket:
+    """A NETLINK_ROUTE socket created inside `ns`."""
+    return socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+
+
 def _netlink_socket_in(ns: Netns) -> int:
     """The fd of a NETLINK_ROUTE socket created inside `ns`."""
-    return socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE).detach()
+    return _route_socket(ns).detach()
 
 
 @contextmanager
@@ -116,7 +121,7 @@ def rtnl_at(path: str) -> Iterator[Rtnl]:
     on exit; raises what `open_netns` raises. For a reader that dumps many namespaces
     once each, where a kept socket would only hold them alive."""
     with open_netns(path) as ns:
-        sock = Rtnl(socket_in(ns, socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE))
+        sock = Rtnl(_route_socket(ns))
     try:
         yield sock
     finally:

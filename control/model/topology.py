@@ -194,7 +194,7 @@ class Topology:
             raise ModelError(f"{where}: spec.links: expected a list")
         annotations = _mapping(meta.get("annotations"), where, "annotations")
         source = (raw_links, annotations.get(ANNOTATION))
-        if previous is not None and previous._source is not None and previous._source == source:
+        if previous is not None and previous._source == source:
             links = previous.links
         else:
             links = tuple(

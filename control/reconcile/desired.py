@@ -54,6 +54,11 @@ class DesiredLinks:
     def pending(self) -> bool:
         return self.topologies.revision > self._tracker.revision
 
+    def owes(self, pod: str) -> bool:
+        """Whether derivation may still change the pod's rows: changes are pending, or a
+        link of the pod waits for its namespace's slot."""
+        return self.pending() or pod in self.waiting_for_slot
+
     async def wait(self) -> None:
         await self._tracker.wait()
 
