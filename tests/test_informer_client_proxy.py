@@ -18,9 +18,9 @@ import pytest
 from aiohttp import web
 from kubernetes.aio.client import CustomObjectsApi
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
+from tests.api_helpers import serving
 from tests.informer_helpers import private_loopback
 from tests.kubeconfigs import write_kubeconfig
 
@@ -80,14 +80,8 @@ class ForwardProxy:
             await runner.cleanup()
 
 
-@contextlib.asynccontextmanager
-async def api_server(tmp_path: Path) -> AsyncIterator[str]:
-    server = ApiServer(str(tmp_path / "api.sqlite"), port=0)
-    await server.start()
-    try:
-        yield server.url
-    finally:
-        await server.stop()
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "api.sqlite")
 
 
 async def list_topologies(url: str) -> int:
@@ -102,7 +96,8 @@ async def list_topologies(url: str) -> int:
 async def test_requests_go_through_the_proxy_the_environment_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with api_server(tmp_path) as url, ForwardProxy().running() as proxy:
+    async with serving(db(tmp_path)) as server, ForwardProxy().running() as proxy:
+        url = server.url
         monkeypatch.setenv("HTTP_PROXY", proxy.url.replace("http://", "http://ops:s3cret@"))
         assert await list_topologies(url) == 0
     credentials = base64.b64encode(b"ops:s3cret").decode()
@@ -114,7 +109,8 @@ async def test_requests_go_through_the_proxy_the_environment_names(
 async def test_a_server_named_in_no_proxy_is_reached_directly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with api_server(tmp_path) as url, ForwardProxy().running() as proxy:
+    async with serving(db(tmp_path)) as server, ForwardProxy().running() as proxy:
+        url = server.url
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         assert await list_topologies(url) == 0
@@ -125,10 +121,11 @@ async def test_a_kubeconfig_proxy_url_wins_over_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with (
-        api_server(tmp_path) as url,
+        serving(db(tmp_path)) as server,
         ForwardProxy().running() as named,
         ForwardProxy().running() as environment,
     ):
+        url = server.url
         monkeypatch.setenv("HTTP_PROXY", environment.url)
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url, proxy_url=named.url)
         api = await make_api_client("", str(kubeconfig))
