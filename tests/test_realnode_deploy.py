@@ -47,7 +47,7 @@ IGNORED = (ApiException, HTTPError, OSError, LookupError)
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The DaemonSet's image, built as the README says (`make image` runs this script)."""
+    """The DaemonSet's image, built as docs/deploying.md says (`make image` runs this script)."""
     out = tmp_path_factory.mktemp("image") / "meshwire-image.tar"
     subprocess.run(["bash", str(REPO / "scripts" / "image.sh"), str(out)], check=True)
     return out
