@@ -151,6 +151,19 @@ def test_every_variable_the_docs_name_exists() -> None:
     assert not unknown, "variables no code reads:\n" + "\n".join(unknown)
 
 
+def test_every_key_a_documented_set_flag_names_exists() -> None:
+    keys = config_keys()
+    set_keys = [
+        (where, argv[i + 1].partition("=")[0])
+        for where, argv in COMMANDS
+        for i, word in enumerate(argv[:-1])
+        if word == "--set"
+    ]
+    assert set_keys, "the docs show no --set: the search is broken"
+    unknown = [f"{where}: {key}" for where, key in set_keys if key not in keys]
+    assert not unknown, "--set of keys that do not exist:\n" + "\n".join(unknown)
+
+
 def test_every_dotted_config_key_the_docs_name_exists() -> None:
     """`section.key` in backquotes, for the config's sections, names a real key."""
     keys = config_keys()
