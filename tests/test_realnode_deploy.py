@@ -50,7 +50,7 @@ IGNORED = (ApiException, HTTPError, OSError, LookupError)
 
 @pytest.fixture(scope="module")
 def image() -> Path:
-    """The DaemonSet's image, built as the README says (`make image` runs this script).
+    """The DaemonSet's image, built as docs/deploying.md says (`make image` runs this script).
 
     `make test` builds it before pytest and names it in MESHWIRE_TEST_IMAGE; the script
     returns at once when the archive's inputs have not changed since.

@@ -82,7 +82,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("end", metavar="POD:INTF")
     for flag, field in emulate.FLAGS.items():
         unit = field.rpartition("_")[2].replace("pct", "%").replace("mbps", "Mbit/s")
-        p.add_argument(f"--{flag}", type=float, metavar=unit.upper(), help=f"{field} ({unit})")
+        # argparse expands %-formats in help: a literal % is written %%.
+        text = f"{field} ({unit})".replace("%", "%%")
+        p.add_argument(f"--{flag}", type=float, metavar=unit.upper(), help=text)
     p.add_argument("--clear", action="store_true", help="remove every impairment of the end")
     p = command("link", "pull (down) or plug back (up) the cable of a link")
     p.add_argument("end", metavar="POD:INTF")
