@@ -39,12 +39,25 @@ def is_running(record: ProcessRecord) -> bool:
     return start_time(record.pid) == record.start_time
 
 
-def start(role: str, argv: list[str], log: Path) -> ProcessRecord:
-    """Spawn `argv` in its own session with stdout and stderr appended to `log`."""
+def start(
+    role: str,
+    argv: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+) -> ProcessRecord:
+    """Spawn `argv` in its own session with stdout and stderr appended to `log`; `env`
+    None: this process's environment; `pass_fds` stay open in the child."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env=env,
+            pass_fds=pass_fds,
         )
     started = start_time(proc.pid)
     # A process that died at once is recorded with start time 0: nothing to stop,
