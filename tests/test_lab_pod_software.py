@@ -9,16 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_helpers import Lab, StubRuntime, pid_alive, unique_lab
-
-from meshwire.control.lab import command
+from lab_helpers import Lab, StubRuntime, lab_exec, pid_alive, unique_lab
 
 pytestmark = pytest.mark.root
 
@@ -79,29 +76,6 @@ def up_lab(tmp_path: Path, text: str, rc: int = 0) -> Any:
 
 def stub(tmp_path: Path) -> StubRuntime:
     return StubRuntime(tmp_path, with_daemons=False)
-
-
-def lab_exec(lab: Lab, *argv: str) -> subprocess.CompletedProcess[str]:
-    """`meshwire lab exec` run in this process (an interpreter start the less), its output
-    and errors caught at the file descriptors, which the command in the pod writes to."""
-    saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-        try:
-            rc = command.main(["exec", "--name", lab.name, "--dir", str(lab.directory), *argv])
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess(argv, rc, out.read().decode(), err.read().decode())
 
 
 def lab_exec_cli(
