@@ -3,7 +3,9 @@
 Every command finds its lab by `--name` (default `lab`) under
 /run/meshwire-lab, or by `--dir` when `up` was given one. Errors are printed
 as `meshwire lab: <what>` with exit status 1; `check` exits 1 when a link fails
-(a skipped link, one that nothing wires, does not fail it).
+(a skipped link, one that nothing wires, does not fail it); `exec` exits with
+its command's status. Options go before `exec`'s POD: what follows it is the
+command.
 """
 
 from __future__ import annotations
