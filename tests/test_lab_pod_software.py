@@ -261,3 +261,42 @@ def test_kill_daemon_touches_no_pod_process(tmp_path: Path) -> None:
             pod_processes
         )
         assert all(pid_alive(pid) for pid in pod_processes)
+
+
+def test_move_pod_starts_cmd_and_exec_again_on_the_new_node(lab: Lab, tmp_path: Path) -> None:
+    old = pids(lab, "pod/sw/r1") + pids(lab, "cmd/sw/r1")
+    node = state(lab)["pods"]["sw/r1"]["node"]
+    other = next(n for n in state(lab)["nodes"] if n != node)
+
+    assert lab.run("move-pod", "r1", other, "--wait", "0", runtime=stub(tmp_path)) == 0
+
+    assert state(lab)["pods"]["sw/r1"]["node"] == other
+    assert not any(pid_alive(pid) for pid in old)
+    assert all(pid_alive(pid) for pid in pids(lab, "pod/sw/r1") + pids(lab, "cmd/sw/r1"))
+    assert lab_exec(lab, "r1", "cat", "/tmp/order").stdout == "one\ntwo\n"
+
+
+KNE_FILE = """\
+name: kl
+nodes:
+  - name: k1
+    config:
+      command: [/bin/sh, -c]
+      args: ["cat /run/kne/startup.cfg; echo $GREETING; exec sleep 100000"]
+      env: {GREETING: hello}
+      config_path: /run/kne
+      config_file: startup.cfg
+      data: "hostname k1-config\\n"
+  - name: k2
+links:
+  - {a_node: k1, a_int: eth1, z_node: k2, z_int: eth1}
+"""
+
+
+def test_kne_command_env_and_config_data_run_in_the_pod(tmp_path: Path) -> None:
+    with unique_lab(tmp_path, KNE_FILE) as lab:
+        assert lab.run("up", str(lab.file), "--no-daemon", runtime=stub(tmp_path)) == 0
+        assert lab_exec(lab, "k1", "cat", "/run/kne/startup.cfg").stdout == "hostname k1-config\n"
+        log = lab.directory / "logs" / "cmd-kl-k1.log"
+        wait_for("cmd printed its config", lambda: log.exists() and "hello" in log.read_text())
+        assert log.read_text() == "hostname k1-config\nhello\n"
