@@ -45,6 +45,11 @@ def cmd_role(pod: PodRecord) -> str:
     return f"cmd/{pod.key}"
 
 
+def is_pod_process(record: ProcessRecord) -> bool:
+    """Whether `record` is a pod's holder or `cmd` (not a process of the lab's own)."""
+    return record.role.startswith(("pod/", "cmd/"))
+
+
 def spec_of(state: LabState, pod: PodRecord) -> PodSpec:
     raw = state.software.get(pod.key)
     return PodSpec.from_dict(raw) if raw else PodSpec()
