@@ -8,7 +8,7 @@
  * hold: joins the network namespace at PATH (the one the pod's CNI ADD got:
  * the network namespace stays the runtime's), then makes new UTS, IPC, mount
  * and PID namespaces. In the mount namespace (private: nothing propagates to
- * the host) /tmp, /run and /var/run (when a directory, not a link) are new
+ * the host) /tmp, /var/tmp, /run and /var/run (when a directory, not a link) are new
  * tmpfs, /sys is a sysfs of the pod's network namespace, and each bind is
  * mounted (read-only with `:ro`). A bind's HOST path is opened before any
  * mount, so it may lie under a directory the pod's tmpfs then hides. A bind's
@@ -274,6 +274,7 @@ static int hold(int argc, char **argv) {
         binds[i].is_dir = S_ISDIR(st.st_mode);
     }
     mount_tmpfs("/tmp", "mode=1777");
+    mount_tmpfs("/var/tmp", "mode=1777");
     mount_tmpfs("/run", "mode=0755");
     mount_tmpfs("/var/run", "mode=0755");
     if (umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL) fail("unmount", "/sys");

@@ -125,10 +125,13 @@ def test_each_pod_reads_its_own_bound_files_read_only_when_asked(lab: Lab) -> No
     assert lab_exec(lab, "r1", "ls", "/tmp/conf").stdout.split() == ["r1.conf", "r2.conf"]
 
 
-def test_tmp_and_run_are_private_to_the_pod(lab: Lab) -> None:
-    assert lab_exec(lab, "r1", "sh", "-c", "echo mine > /tmp/mwpods-mark").returncode == 0
-    assert not Path("/tmp/mwpods-mark").exists()
-    assert lab_exec(lab, "r2", "test", "-e", "/tmp/mwpods-mark").returncode == 1
+@pytest.mark.parametrize("directory", ["/tmp", "/var/tmp", "/run"])
+def test_scratch_directories_are_private_to_the_pod(lab: Lab, directory: str) -> None:
+    mark = f"{directory}/mwpods-mark-{lab.name}"
+    assert lab_exec(lab, "r1", "sh", "-c", f"echo mine > {mark}").returncode == 0
+    assert not Path(mark).exists()
+    assert lab_exec(lab, "r2", "test", "-e", mark).returncode == 1
+    assert lab_exec(lab, "r1", "cat", mark).stdout == "mine\n"
 
 
 def test_exec_commands_ran_in_order_once_and_cmd_sees_env(lab: Lab) -> None:

@@ -31,7 +31,7 @@ What `up` builds, all named `mwl<name>-...` so nothing else is touched:
 - per pod, a namespace, placed round robin in file order or by `--placement`
   (`placement.py`), then CNI ADD through the real shim, as a runtime does
   (`pods.py`, `cni.py`); once its links are up, its holder (hostname, private
-  /tmp and /run, binds, PID namespace: `holder.py`), and the lab file's `cmd`
+  /tmp, /var/tmp and /run, binds, PID namespace: `holder.py`), and the lab file's `cmd`
   and `exec` for it (`software.py`); `lab exec` and `lab logs` reach into it
   (`podexec.py`).
 

@@ -2,7 +2,7 @@
 
 `start_holder` starts one holder for a pod: it joins the pod's network
 namespace and holds new UTS (hostname = pod name), IPC, mount (private
-/tmp, /run, /var/run, the pod's binds) and PID namespaces until stopped,
+/tmp, /var/tmp, /run, /var/run, the pod's binds) and PID namespaces until stopped,
 as a pause container does; it returns once they are made, or raises
 LabError with the holder's message. Stopping the holder's process group
 stops every process of the pod (its PID namespace ends).
