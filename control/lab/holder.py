@@ -63,8 +63,9 @@ def start_holder(role: str, netns: Path, name: str, binds: list[Bind], log: Path
         os.close(read)
     if answer != b"ready\n":
         processes.stop(record)
-        what = f"no answer after {READY_TIMEOUT:.0f}s" if answer is None else _tail(log)
-        raise LabError(f"pod {name}: its holder failed: {what}")
+        if answer is None:
+            raise LabError(f"pod {name}: its holder gave no answer in {READY_TIMEOUT:.0f}s")
+        raise LabError(f"pod {name}: its holder failed: {processes.log_tail(log)}")
     return record
 
 
@@ -90,11 +91,3 @@ def _read_until_eof(fd: int, timeout: float) -> bytes | None:
         if not chunk:
             return data
         data += chunk
-
-
-def _tail(log: Path) -> str:
-    try:
-        lines = log.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no log)"
-    return " | ".join(lines[-3:]) or "(empty log)"

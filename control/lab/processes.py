@@ -126,3 +126,12 @@ def _reap(pid: int) -> None:
     # init does, and waitpid says it is not our child.
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def log_tail(log: Path) -> str:
+    """The last three lines of a process's log, on one line: what an error shows of it."""
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(lines[-3:]) or "(empty log)"

@@ -255,15 +255,7 @@ def _spawn(lab: LabDir, state: LabState, role: str, argv: list[str]) -> ProcessR
 def _died(record: ProcessRecord) -> str | None:
     if processes.is_running(record):
         return None
-    return f"{record.role} exited; see {record.log}: {_tail(Path(record.log))}"
-
-
-def _tail(log: Path) -> str:
-    try:
-        lines = log.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no log)"
-    return " | ".join(lines[-3:]) or "(empty log)"
+    return f"{record.role} exited; see {record.log}: {processes.log_tail(Path(record.log))}"
 
 
 def start_api(lab: LabDir, state: LabState, names: LabNames, runtime: Runtime) -> None:
