@@ -246,7 +246,10 @@ static int hold(int argc, char **argv) {
         } else if (strcmp(argv[i], "--hostname") == 0) {
             hostname = argv[++i];
         } else if (strcmp(argv[i], "--ready") == 0) {
-            ready = atoi(argv[++i]);
+            char *end;
+            long fd = strtol(argv[++i], &end, 10);
+            if (*argv[i] == '\0' || *end != '\0' || fd < 3 || fd > 1024) usage();
+            ready = (int)fd;
         } else if (strcmp(argv[i], "--bind") == 0) {
             if (nbinds == MAX_BINDS) {
                 errno = E2BIG;
