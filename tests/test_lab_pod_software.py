@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -303,3 +304,29 @@ def test_kne_command_env_and_config_data_run_in_the_pod(tmp_path: Path) -> None:
         log = lab.directory / "logs" / "cmd-kl-k1.log"
         wait_for("cmd printed its config", lambda: log.exists() and "hello" in log.read_text())
         assert log.read_text() == "hostname k1-config\nhello\n"
+
+
+def test_lab_logs_f_follows_the_cmd_until_it_ends(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    text = LAB_FILE.replace(
+        "cmd: sh -c 'echo started as $(hostname) $COLOR; exec sleep 100000'",
+        "cmd: sh -c 'echo first; until [ -e /tmp/go ]; do sleep 0.1; done; echo second'",
+    )
+    with up_lab(tmp_path, text) as lab:
+        capfd.readouterr()
+        followed: list[int] = []
+        follower = threading.Thread(target=lambda: followed.append(lab.run("logs", "r1", "-f")))
+        follower.start()
+        printed: list[str] = []
+
+        def first_line_printed() -> bool:
+            printed.append(capfd.readouterr().out)
+            return "".join(printed) == "first\n"
+
+        # `logs -f` printed the first line: it is following when the second is written.
+        wait_for("logs -f printed the first line", first_line_printed)
+        assert lab_exec_cli(lab, "r1", "touch", "/tmp/go").returncode == 0
+        follower.join(DEADLINE)
+        assert followed == [0]
+        assert "".join(printed) + capfd.readouterr().out == "first\nsecond\n"
