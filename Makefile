@@ -29,8 +29,9 @@ down: setup
 test: setup-test
 	$(STEP) kube-binaries bash scripts/kube-assets.sh >/dev/null
 	$(STEP) image bash scripts/image.sh $(IMAGE_TAR) >/dev/null
-	# Two workers, a file's tests in order on one of them (tests/conftest.py).
-	MESHWIRE_TEST_IMAGE=$(IMAGE_TAR) $(STEP) tests .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "not scale"
+	# Two workers, a file's tests in order on one of them (tests/conftest.py). The image's
+	# variable is not MESHWIRE_*: the daemons the tests start read those as config keys.
+	MW_TEST_IMAGE=$(IMAGE_TAR) $(STEP) tests .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=25 -m "not scale"
 	# The 1,500-link labs alone: their check fills the machine's one ARP table.
 	$(STEP) scale-tests .venv/bin/python -m pytest -q --durations=5 -m scale
 

@@ -52,10 +52,10 @@ IGNORED = (ApiException, HTTPError, OSError, LookupError)
 def image() -> Path:
     """The DaemonSet's image, built as docs/deploying.md says (`make image` runs this script).
 
-    `make test` builds it before pytest and names it in MESHWIRE_TEST_IMAGE; the script
+    `make test` builds it before pytest and names it in MW_TEST_IMAGE; the script
     returns at once when the archive's inputs have not changed since.
     """
-    out = Path(os.environ.get("MESHWIRE_TEST_IMAGE") or REPO / "build" / "meshwire-image.tar")
+    out = Path(os.environ.get("MW_TEST_IMAGE") or REPO / "build" / "meshwire-image.tar")
     if not out.is_absolute():
         out = REPO / out
     subprocess.run(["bash", str(REPO / "scripts" / "image.sh"), str(out)], check=True)
