@@ -1,0 +1,19 @@
+"""The dataplane's defaults that the daemon's config also names, written once.
+
+The dataplane imports nothing from control, so its own types take these;
+`control/common/config.py` gives its keys (`dataplane.batch_frames`, `mtu`,
+`log.level`) these defaults, with each one's reason there.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Frames per gRPC message at most (config `dataplane.batch_frames`).
+BATCH_FRAMES = 256
+# A link's MTU when nothing sets one (config `mtu`).
+MTU = 1500
+# How much a worker logs (config `log.level`).
+LOG_LEVEL: Final = "info"
+# Seconds between a worker's reports (StreamReport, WireReports) to control.
+REPORT_INTERVAL = 1.0
