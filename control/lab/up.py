@@ -167,7 +167,7 @@ def _up(
             state.kube_created.append(entry)
             lab.save(state)
 
-        kube.prepare(sorted({t.namespace for t in topologies}), record)
+        kube.prepare(sorted({t.namespace for t in topologies}), record, progress.note)
         progress.step("apply topology")
         applying = Apply(runtime, lab.topologies_file, kubeconfig=kube.kubeconfig)
 
