@@ -143,6 +143,15 @@ class KubeLab:
                 ) from None
             raise LabError(f"API server {self.server}: {describe(exc)}") from None
 
+    def await_namespaces(
+        self, namespaces: list[str], note: Callable[[str], None] = lambda message: None
+    ) -> None:
+        """Wait until none of the namespaces `prepare` needs is being deleted, as
+        `prepare` would (it raises the same LabError), before anything is made."""
+        core: Any = client.CoreV1Api(self.api)
+        for name in _namespaces(namespaces, _rbac_objects()):
+            self._settled(core, name, note)
+
     def prepare(
         self,
         namespaces: list[str],
@@ -158,13 +167,11 @@ class KubeLab:
         seconds after its deletion began, or when its deletion has not finished within
         `namespace_timeout` (at once if it began longer ago than that)."""
         manifests = _rbac_objects()
-        wanted = sorted({*namespaces, *(o["metadata"]["namespace"] for o in manifests
-                                        if o["kind"] == "ServiceAccount")})  # fmt: skip
         # The client's own types want its model classes; plain dicts are what it sends.
         core: Any = client.CoreV1Api(self.api)
         rbac: Any = client.RbacAuthorizationV1Api(self.api)
         timeout = REQUEST_TIMEOUT
-        for name in wanted:
+        for name in _namespaces(namespaces, manifests):
             self._namespace(core, name, record, note)
         self._create_id_crd(record)
         for obj in manifests:
@@ -199,30 +206,34 @@ class KubeLab:
         self, core: Any, name: str, record: Callable[[str], None], note: Callable[[str], None]
     ) -> None:
         """Make namespace `name` unless it is there and not being deleted (see `prepare`)."""
+        recorded = False
+        while not self._settled(core, name, note):
+            if not recorded:
+                record(f"{NAMESPACE}/{name}")
+                recorded = True
+            if self._made(partial(core.create_namespace, {"metadata": {"name": name}},
+                                  _request_timeout=REQUEST_TIMEOUT), name):  # fmt: skip
+                return
+            # Made meanwhile by someone else: read it again.
+
+    def _settled(self, core: Any, name: str, note: Callable[[str], None]) -> bool:
+        """Whether namespace `name` exists, once it is not being deleted (see `prepare`)."""
         started = time.monotonic()
-        told = recorded = False
+        told = False
         while True:
             try:
                 current = self._call(
                     partial(core.read_namespace, name, _request_timeout=REQUEST_TIMEOUT)
                 )
             except ApiException as exc:
-                if exc.status != 404:
-                    raise LabError(
-                        f"API server {self.server}: {NAMESPACE}/{name}: {describe(exc)}"
-                    ) from None
-                current = None
-            if current is None:
-                if not recorded:
-                    record(f"{NAMESPACE}/{name}")
-                    recorded = True
-                if self._made(partial(core.create_namespace, {"metadata": {"name": name}},
-                                      _request_timeout=REQUEST_TIMEOUT), name):  # fmt: skip
-                    return
-                continue  # made meanwhile by someone else: read it again
+                if exc.status == 404:
+                    return False
+                raise LabError(
+                    f"API server {self.server}: {NAMESPACE}/{name}: {describe(exc)}"
+                ) from None
             since = current.metadata.deletion_timestamp
             if since is None:
-                return
+                return True
             # The server's clock dates the deletion; ours bounds the wait, whatever the skew.
             waited = time.monotonic() - started
             deleting_for = max(waited, time.time() - since.timestamp())
@@ -397,6 +408,12 @@ class KubeLab:
             return call()
         except (HTTPError, OSError) as exc:
             raise LabError(f"cannot reach the API server {self.server}: {exc}") from None
+
+
+def _namespaces(namespaces: list[str], manifests: list[dict[str, Any]]) -> list[str]:
+    """The lab's namespaces and those of deploy/rbac.yaml's ServiceAccounts, sorted."""
+    accounts = (o["metadata"]["namespace"] for o in manifests if o["kind"] == "ServiceAccount")
+    return sorted({*namespaces, *accounts})
 
 
 def _terminating(server: str, name: str, deleting_for: float) -> str:

@@ -108,6 +108,8 @@ def _read_and_up(
     try:
         if kube is not None:
             kube.check_crd()
+            # A `down` just before may still be deleting them: wait before making anything.
+            kube.await_namespaces(sorted({t.namespace for t in topologies}), progress.note)
         return _up(options, runtime, progress, names, topologies, node_names, placement, base,
                    kube, forks)  # fmt: skip
     finally:
