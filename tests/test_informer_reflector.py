@@ -25,7 +25,7 @@ from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.reflector import Reflector
 from meshwire.control.informer.sources import CustomObjects
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
-from tests.informer_helpers import Cluster, private_loopback, topology, wait_until
+from tests.informer_helpers import Cluster, Recorder, private_loopback, topology, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,30 +36,6 @@ POLICY = BackoffPolicy(initial=0.05, maximum=0.2)
 def _own_loopback() -> Iterator[None]:
     with private_loopback():
         yield
-
-
-class Recorder:
-    """A handler that records what it is handed: `list [names]`, `ADDED name`, ..."""
-
-    def __init__(self) -> None:
-        self.log: list[str] = []
-        # Called with each entry as it is logged: a test may stop the reflector there.
-        self.on_entry: Any = None
-
-    def listed(self, items: list[Any]) -> None:
-        self._add(f"list {sorted(i['metadata']['name'] for i in items)}")
-
-    def changed(self, event_type: str, obj: Any) -> None:
-        self._add(f"{event_type} {obj['metadata']['name']}")
-
-    def _add(self, entry: str) -> None:
-        self.log.append(entry)
-        if self.on_entry is not None:
-            self.on_entry(entry)
-
-    def take(self) -> list[str]:
-        out, self.log = self.log, []
-        return out
 
 
 @contextlib.asynccontextmanager
