@@ -2,7 +2,7 @@
 
 The dataplane imports nothing from control, so its own types take these;
 `control/common/config.py` gives its keys (`dataplane.batch_frames`, `mtu`,
-`log.level`) these defaults, with each one's reason there.
+`log.level`, `log.format`) these defaults, with each one's reason there.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Final
 BATCH_FRAMES = 256
 # A link's MTU when nothing sets one (config `mtu`).
 MTU = 1500
-# How much a worker logs (config `log.level`).
+# How much a worker logs, and how (config `log.level`, `log.format`).
 LOG_LEVEL: Final = "info"
+LOG_FORMAT: Final = "json"
 # Seconds between a worker's reports (StreamReport, WireReports) to control.
 REPORT_INTERVAL = 1.0

@@ -68,7 +68,7 @@ class WorkerConfig:
     # The daemon's `log.level` and `log.format`, its node name, and this worker's
     # index among the node's workers (named in every log line).
     log_level: str = defaults.LOG_LEVEL
-    log_format: LogFormat = "text"
+    log_format: LogFormat = defaults.LOG_FORMAT
     node: str = ""
     index: int = 0
     # The wire key file (config `auth.wire_key`): every connection, both ways, passes the

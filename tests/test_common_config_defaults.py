@@ -60,9 +60,17 @@ def test_the_api_watchers_and_writers_default_to_the_api_keys() -> None:
 def test_the_wire_and_the_dataplane_default_to_the_config_keys() -> None:
     config, dataplane, log = Config.model_fields, DataplaneConfig(), LogConfig()
     settings = PoolSettings(1, "127.0.0.1", 51112)
-    assert (settings.batch_frames, settings.log_level) == (dataplane.batch_frames, log.level)
+    assert (settings.batch_frames, settings.log_level, settings.log_format) == (
+        dataplane.batch_frames,
+        log.level,
+        log.format,
+    )
     worker = WorkerConfig()
-    assert (worker.batch_frames, worker.log_level) == (dataplane.batch_frames, log.level)
+    assert (worker.batch_frames, worker.log_level, worker.log_format) == (
+        dataplane.batch_frames,
+        log.level,
+        log.format,
+    )
     assert worker.report_interval == settings.report_interval
     assert TapSpec("eth1").mtu == config["mtu"].default
     assert parameter_default(VxlanDriver, "port") == VxlanConfig().port

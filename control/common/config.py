@@ -235,7 +235,8 @@ class LogConfig(_Section):
         description="Log level, of control and of its dataplane workers alike.",
     )
     format: Literal["json", "text"] = Field(
-        default="json", description="Structured JSON lines, or text for a terminal."
+        default=dataplane_defaults.LOG_FORMAT,
+        description="Structured JSON lines, or text for a terminal.",
     )
 
 

@@ -54,7 +54,7 @@ class PoolSettings:
     netns: str = ""
     # How workers log (the daemon's `log` section) and the node they name.
     log_level: str = default(LogConfig, "level")
-    log_format: LogFormat = "text"
+    log_format: LogFormat = defaults.LOG_FORMAT
     node: str = ""
     # The workers' wire key file (config `auth.wire_key`); empty: streams unauthenticated.
     wire_key: str = ""
