@@ -108,8 +108,6 @@ def _read_and_up(
     try:
         if kube is not None:
             kube.check_crd()
-            # A `down` just before may still be deleting them: wait before making anything.
-            kube.await_namespaces(sorted({t.namespace for t in topologies}), progress.note)
         return _up(options, runtime, progress, names, topologies, node_names, placement, base,
                    kube, forks)  # fmt: skip
     finally:
@@ -129,6 +127,9 @@ def _up(
     kube: KubeLab | None,
     forks: ForkServer | None,
 ) -> LabState:
+    if kube is not None:
+        # A `down` just before may still be deleting them: wait before making anything.
+        kube.await_namespaces(sorted({t.namespace for t in topologies}), progress.note)
     lab = LabDir.locate(options.name, options.directory)
     lab.create()
     state = LabState(
