@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import uvloop
 
-from meshwire.dataplane import fdpass, hostport, messages, preface
+from meshwire.dataplane import defaults, fdpass, hostport, messages, preface
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.emulator import Pump
 from meshwire.dataplane.impairments import Params
@@ -60,15 +60,15 @@ class WorkerConfig:
     # 0: any free port; the one bound is reported in Ready.
     data_port: int = 0
     # Frames per gRPC message at most (config `dataplane.batch_frames`); 1 turns batching off.
-    batch_frames: int = 256
+    batch_frames: int = defaults.BATCH_FRAMES
     # Bytes per batch buffer: room for many MTU frames and a few 64 KiB TSO frames.
     batch_bytes: int = 1 << 20
-    report_interval: float = 1.0
+    report_interval: float = defaults.REPORT_INTERVAL
     id_limit: int = ID_LIMIT
     # The daemon's `log.level` and `log.format`, its node name, and this worker's
     # index among the node's workers (named in every log line).
-    log_level: str = "info"
-    log_format: LogFormat = "text"
+    log_level: str = defaults.LOG_LEVEL
+    log_format: LogFormat = defaults.LOG_FORMAT
     node: str = ""
     index: int = 0
     # The wire key file (config `auth.wire_key`): every connection, both ways, passes the

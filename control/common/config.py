@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from meshwire.dataplane import defaults as dataplane_defaults
 from meshwire.dataplane import hostport
 
 ENV_PREFIX = "MESHWIRE_"
@@ -142,7 +143,7 @@ class DataplaneConfig(_Section):
         "read carries up to 64 KiB of TCP instead of one MTU.",
     )
     batch_frames: int = Field(
-        default=256,
+        default=dataplane_defaults.BATCH_FRAMES,
         ge=1,
         le=1024,
         description="Frames per gRPC message at most; 1 is KNE's one-frame-per-message "
@@ -230,10 +231,12 @@ class VxlanConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="Log level, of control and of its dataplane workers alike."
+        default=dataplane_defaults.LOG_LEVEL,
+        description="Log level, of control and of its dataplane workers alike.",
     )
     format: Literal["json", "text"] = Field(
-        default="json", description="Structured JSON lines, or text for a terminal."
+        default=dataplane_defaults.LOG_FORMAT,
+        description="Structured JSON lines, or text for a terminal.",
     )
 
 
@@ -254,7 +257,7 @@ class Config(_Section):
         "VXLAN, or the userspace gRPC wire.",
     )
     mtu: int = Field(
-        default=1500,
+        default=dataplane_defaults.MTU,
         ge=68,
         le=65535,
         description="MTU of every link meshwire creates (meshnet #54); 9000 for jumbo.",

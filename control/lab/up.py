@@ -138,6 +138,9 @@ def _up(
     kube: KubeLab | None,
     forks: ForkServer | None,
 ) -> LabState:
+    if kube is not None:
+        # A `down` just before may still be deleting them: wait before making anything.
+        kube.await_namespaces(sorted({t.namespace for t in topologies}), progress.note)
     lab = LabDir.locate(options.name, options.directory)
     lab.create()
     state = LabState(
@@ -181,7 +184,7 @@ def _up(
             state.kube_created.append(entry)
             lab.save(state)
 
-        kube.prepare(sorted({t.namespace for t in topologies}), record)
+        kube.prepare(sorted({t.namespace for t in topologies}), record, progress.note)
         progress.step("apply topology")
         applying = Apply(runtime, lab.topologies_file, kubeconfig=kube.kubeconfig)
 

@@ -1,0 +1,20 @@
+"""The dataplane's defaults that the daemon's config also names, written once.
+
+The dataplane imports nothing from control, so its own types take these;
+`control/common/config.py` gives its keys (`dataplane.batch_frames`, `mtu`,
+`log.level`, `log.format`) these defaults, with each one's reason there.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Frames per gRPC message at most (config `dataplane.batch_frames`).
+BATCH_FRAMES = 256
+# A link's MTU when nothing sets one (config `mtu`).
+MTU = 1500
+# How much a worker logs, and how (config `log.level`, `log.format`).
+LOG_LEVEL: Final = "info"
+LOG_FORMAT: Final = "json"
+# Seconds between a worker's reports (StreamReport, WireReports) to control.
+REPORT_INTERVAL = 1.0
