@@ -12,11 +12,14 @@ import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 
+from meshwire.control.api.server import ApiServer
 from meshwire.control.common.retries import BackoffPolicy
+from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.informer.sink import TableSink
 from meshwire.control.lab import netns
@@ -24,6 +27,7 @@ from meshwire.control.lab.names import resolve
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, Topology
 from meshwire.control.tables.table import Table
 from meshwire.dataplane.netns_thread import setns
+from tests.api_helpers import serving as api_serving
 
 # Generous: a bounded wait for a condition, never a timing assertion.
 WAIT = 15.0
@@ -60,6 +64,23 @@ def private_loopback() -> Iterator[str]:
     finally:
         os.close(home)
         netns.delete(name)
+
+
+@contextlib.asynccontextmanager
+async def serving(db: Path, port: int = 0) -> AsyncIterator[ApiServer]:
+    """The embedded API on `port` (0: any) of the current netns, with fast bookmarks."""
+    async with api_serving(str(db), port=port, bookmark_interval=0.2) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def client(url: str) -> AsyncIterator[ApiClient]:
+    """The official client on `url`, closed on exit."""
+    api = await make_api_client(url, "")
+    try:
+        yield api
+    finally:
+        await api.close()  # type: ignore[no-untyped-call]
 
 
 def topology(

@@ -12,23 +12,22 @@ on a real cluster.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import uvloop
-from kubernetes.aio.client import ApiClient
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.informer.client import ApiConfigError, make_api_client
 from tests.informer_helpers import (
     FAST,
     Cluster,
     RecordingSink,
+    client,
     private_loopback,
     running,
+    serving,
     topology,
     wait_converged,
     wait_until,
@@ -42,25 +41,6 @@ pytestmark = pytest.mark.timeout(60)
 def _own_loopback() -> Iterator[None]:
     with private_loopback():
         yield
-
-
-@contextlib.asynccontextmanager
-async def serving(db: Path, port: int = 0) -> AsyncIterator[ApiServer]:
-    server = ApiServer(str(db), port=port, bookmark_interval=0.2)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@contextlib.asynccontextmanager
-async def client(url: str) -> AsyncIterator[ApiClient]:
-    api = await make_api_client(url, "")
-    try:
-        yield api
-    finally:
-        await api.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture

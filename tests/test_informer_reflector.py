@@ -19,13 +19,19 @@ from typing import Any
 import pytest
 from kubernetes.aio.client import ApiClient
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.common.retries import BackoffPolicy
-from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.reflector import Reflector
 from meshwire.control.informer.sources import CustomObjects
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
-from tests.informer_helpers import Cluster, Recorder, private_loopback, topology, wait_until
+from tests.informer_helpers import (
+    Cluster,
+    Recorder,
+    client,
+    private_loopback,
+    serving,
+    topology,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,25 +42,6 @@ POLICY = BackoffPolicy(initial=0.05, maximum=0.2)
 def _own_loopback() -> Iterator[None]:
     with private_loopback():
         yield
-
-
-@contextlib.asynccontextmanager
-async def serving(db: Path, port: int = 0) -> AsyncIterator[ApiServer]:
-    server = ApiServer(str(db), port=port, bookmark_interval=0.2)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@contextlib.asynccontextmanager
-async def client(url: str) -> AsyncIterator[ApiClient]:
-    api = await make_api_client(url, "")
-    try:
-        yield api
-    finally:
-        await api.close()  # type: ignore[no-untyped-call]
 
 
 @contextlib.asynccontextmanager
