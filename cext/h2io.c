@@ -20,6 +20,8 @@ void mw_h2io_release(mw_h2io *io)
 {
     free(io->pending);
     io->pending = NULL;
+    mw_seal_free(io->seal);
+    io->seal = NULL;
     io->pending_cap = io->pending_len = io->pending_off = 0;
 }
 
@@ -48,6 +50,12 @@ static int keep(mw_h2io *io, const uint8_t *data, size_t len)
     return 0;
 }
 
+void mw_h2io_set_seal(mw_h2io *io, mw_seal *seal)
+{
+    mw_seal_free(io->seal);
+    io->seal = seal;
+}
+
 static ssize_t send_iov(mw_h2io *io, struct iovec *iov, int n)
 {
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
@@ -60,6 +68,42 @@ static ssize_t send_iov(mw_h2io *io, struct iovec *iov, int n)
     return sent;
 }
 
+/* Seals the parts into records in `pending` and writes what the socket takes now; the
+ * rest waits there, in order. Returns 0 or NGHTTP2_ERR_CALLBACK_FAILURE. */
+static int send_sealed(mw_h2io *io, const uint8_t *const *parts, const size_t *lens, int count)
+{
+    size_t total = 0;
+    for (int i = 0; i < count; i++)
+        total += lens[i];
+    size_t size = mw_seal_size(total);
+    if (io->pending_cap < size) {
+        size_t cap = io->pending_cap ? io->pending_cap : 4096;
+        while (cap < size)
+            cap *= 2;
+        uint8_t *grown = realloc(io->pending, cap);
+        if (!grown) {
+            mw_h2io_fail(io, "send", "out of memory for sealed records");
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        io->pending = grown;
+        io->pending_cap = cap;
+    }
+    io->pending_off = 0;
+    io->pending_len = mw_seal_parts(io->seal, parts, lens, count, io->pending);
+    if (!io->pending_len) {
+        mw_h2io_fail(io, "send", "cannot seal a record");
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    struct iovec iov = {.iov_base = io->pending, .iov_len = io->pending_len};
+    ssize_t sent = send_iov(io, &iov, 1);
+    if (sent < 0)
+        return io->failed ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+    io->pending_off = (size_t)sent;
+    if (io->pending_off == io->pending_len)
+        io->pending_off = io->pending_len = 0;
+    return 0;
+}
+
 ssize_t mw_h2io_send(nghttp2_session *session, const uint8_t *data, size_t len, int flags,
                      void *user_data)
 {
@@ -68,6 +112,11 @@ ssize_t mw_h2io_send(nghttp2_session *session, const uint8_t *data, size_t len, 
     mw_h2io *io = user_data;
     if (io->pending_len > io->pending_off)
         return NGHTTP2_ERR_WOULDBLOCK;
+    if (io->seal) {
+        size_t take = len < MW_SEAL_PAYLOAD_MAX ? len : MW_SEAL_PAYLOAD_MAX;
+        int rv = send_sealed(io, &data, &take, 1);
+        return rv ? rv : (ssize_t)take;
+    }
     struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
     ssize_t sent = send_iov(io, &iov, 1);
     if (sent < 0)
@@ -79,6 +128,11 @@ int mw_h2io_send_frame(mw_h2io *io, const uint8_t *head, const uint8_t *payload,
 {
     if (io->pending_len > io->pending_off)
         return NGHTTP2_ERR_WOULDBLOCK;
+    if (io->seal) {
+        const uint8_t *parts[2] = {head, payload};
+        size_t lens[2] = {9, len};
+        return send_sealed(io, parts, lens, 2);
+    }
     struct iovec iov[2] = {{.iov_base = (void *)head, .iov_len = 9},
                            {.iov_base = (void *)payload, .iov_len = len}};
     ssize_t sent = send_iov(io, iov, len ? 2 : 1);
@@ -95,17 +149,41 @@ int mw_h2io_send_frame(mw_h2io *io, const uint8_t *head, const uint8_t *payload,
     return 0;
 }
 
+struct feeding {
+    mw_h2io *io;
+    nghttp2_session *session;
+};
+
+static void feed(mw_h2io *io, nghttp2_session *session, const uint8_t *data, size_t len)
+{
+    if (io->failed)
+        return;
+    ssize_t used = nghttp2_session_mem_recv(session, data, len);
+    if (used < 0)
+        mw_h2io_fail(io, "HTTP/2", nghttp2_strerror((int)used));
+}
+
+static void feed_opened(void *ctx, const uint8_t *payload, size_t len)
+{
+    struct feeding *f = ctx;
+    feed(f->io, f->session, payload, len);
+}
+
 void mw_h2io_receive(mw_h2io *io, nghttp2_session *session, uint8_t *buf, size_t cap,
                      size_t budget)
 {
+    struct feeding feeding = {io, session};
     size_t got = 0;
     while (got < budget && !io->failed && !io->closed) {
         ssize_t n = recv(io->fd, buf, cap, 0);
         if (n > 0) {
             got += (size_t)n;
-            ssize_t used = nghttp2_session_mem_recv(session, buf, (size_t)n);
-            if (used < 0)
-                mw_h2io_fail(io, "HTTP/2", nghttp2_strerror((int)used));
+            if (!io->seal)
+                feed(io, session, buf, (size_t)n);
+            else if (mw_seal_open(io->seal, buf, (size_t)n, feed_opened, &feeding) != 0) {
+                io->forged = 1;
+                mw_h2io_fail(io, "record", "failed authentication (altered or injected bytes)");
+            }
             continue;
         }
         if (n == 0)

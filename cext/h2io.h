@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "seal.h"
+
 /* The Wire service's one method, and the metadata naming the call's topology namespace. */
 #define MW_WIRE_PATH "/meshwire.v1.Wire/Frames"
 #define MW_NAMESPACE_HEADER "meshwire-namespace"
@@ -34,13 +36,19 @@ typedef struct {
     int fd;
     uint8_t *pending;
     size_t pending_off, pending_len, pending_cap;
+    mw_seal *seal; /* set: every byte both ways travels in sealed records (seal.h) */
+    int forged;    /* a record failed authentication: the connection is over */
     int closed; /* the peer closed its side */
     int failed; /* a socket or protocol error, named in `error` (the first one kept) */
     char error[192];
 } mw_h2io;
 
 void mw_h2io_init(mw_h2io *io, int fd);
+/* Frees the pending bytes and the seal. */
 void mw_h2io_release(mw_h2io *io);
+/* From now on seals what is sent and opens what is received (takes `seal`). Call it
+ * before any HTTP/2 byte moves. */
+void mw_h2io_set_seal(mw_h2io *io, mw_seal *seal);
 void mw_h2io_fail(mw_h2io *io, const char *what, const char *why);
 
 /* nghttp2_send_callback: writes what the socket takes now (possibly part). */

@@ -256,6 +256,16 @@ int mw_sender_finish(mw_sender *s)
     return next_step(s);
 }
 
+int mw_sender_seal(mw_sender *s, const uint8_t *key, size_t key_len, const uint8_t *transcript,
+                   size_t transcript_len, int encrypt)
+{
+    mw_seal *seal = mw_seal_new(key, key_len, transcript, transcript_len, 1, encrypt);
+    if (!seal)
+        return -1;
+    mw_h2io_set_seal(&s->io, seal);
+    return 0;
+}
+
 uint64_t mw_sender_batches(const mw_sender *s)
 {
     return s->batches;

@@ -41,6 +41,11 @@ int mw_sender_on_taps(mw_sender *s);
 /* Ends the call once the message in flight is sent (END_STREAM); DONE follows when the
  * receiver answered. */
 int mw_sender_finish(mw_sender *s);
+/* Seals the call's connection (seal.h) with the keys of the preface it passed: `opener`
+ * side of mw_seal_new. Call before mw_sender_on_writable. Returns 0, or -1 if out of
+ * memory. */
+int mw_sender_seal(mw_sender *s, const uint8_t *key, size_t key_len, const uint8_t *transcript,
+                   size_t transcript_len, int encrypt);
 /* Messages written completely. */
 uint64_t mw_sender_batches(const mw_sender *s);
 /* Why the call is over: "" while it runs or if it ended with status OK. */
@@ -51,6 +56,7 @@ typedef struct {
     uint64_t streams;   /* calls being served now */
     uint64_t malformed; /* messages that broke the Batch format (batchmsg.h) */
     uint64_t refused;   /* calls answered with an error: wrong method, content type or encoding */
+    uint64_t forged;    /* connections ended by a record that failed authentication (seal.h) */
 } mw_rx_stats;
 
 typedef struct mw_receiver mw_receiver;
@@ -65,6 +71,11 @@ int mw_receiver_on_writable(mw_receiver *r);
 /* From now on answers every call with grpc-status 16 (UNAUTHENTICATED) and `why`, and
  * delivers nothing: for a connection that did not pass the authenticated preface. */
 void mw_receiver_refuse_all(mw_receiver *r, const char *why);
+/* Seals the connection (seal.h) with the keys of the preface it passed: the accepting
+ * side of mw_seal_new. Call before mw_receiver_on_writable. Returns 0, or -1 if out of
+ * memory. */
+int mw_receiver_seal(mw_receiver *r, const uint8_t *key, size_t key_len, const uint8_t *transcript,
+                     size_t transcript_len, int encrypt);
 /* Says GOAWAY (the worker is stopping); DONE follows once it is written. */
 int mw_receiver_shut(mw_receiver *r);
 /* What failed the connection: "" if nothing did (a sender closing it is no failure). */

@@ -8,12 +8,15 @@ topology namespace than its call's, is dropped and counted by the table. A
 message that breaks the Batch format is counted and skipped; the stream goes
 on, so one bad sender never stalls other wires.
 
-With wire keys (config `auth.wire_key`), a connection gets its receiver only
-after the sender passed the authenticated preface (preface.py); one that fails
-it is closed before any of its HTTP/2 bytes is read, counted and logged (once
-per address a minute). One that starts HTTP/2 at once (a stock gRPC client, a
-node with auth off) gets a receiver that answers each of its calls with
-UNAUTHENTICATED and delivers nothing.
+With wire keys (config `auth.wire_key`), a connection gets its receiver (and
+its buffers) only after the sender passed the authenticated preface
+(preface.py), and from then on its records are sealed (cext/seal.h). A
+connection that fails the preface, starts HTTP/2 at once (a stock gRPC client,
+a node with auth off), does not finish it within the preface timeout, or
+arrives while PENDING_MAX prefaces (PENDING_PER_SOURCE from its address) are
+under way is closed before nghttp2 sees a byte of it, counted and logged (once
+per address a minute). A record that fails authentication ends its connection
+and is counted in `forged` and in the refusals.
 """
 
 from __future__ import annotations
@@ -32,19 +35,32 @@ from meshwire.dataplane.wirec import WireTable
 log = logging.getLogger(__name__)
 
 BACKLOG = 128
+# Prefaces under way at most: a node has a few peers with a handful of streams each, so
+# more means a flood; its connections are closed at once and the wires already made
+# keep flowing (a preface costs a socket and a small task, nothing more).
+PENDING_MAX = 256
+# ... and from one source address, so one flooding host cannot crowd out the others.
+PENDING_PER_SOURCE = 32
 
 
 class Listener:
     """Serves the Wire service on one TCP port for the wires of `table`."""
 
     def __init__(
-        self, table: WireTable, keys: preface.Keyring | None = None, node: str = ""
+        self,
+        table: WireTable,
+        keys: preface.Keyring | None = None,
+        node: str = "",
+        preface_timeout: float = preface.TIMEOUT,
     ) -> None:
         self._table = table
         self._keys = keys
         self._node = node
+        self._preface_timeout = preface_timeout
         self.refusals = preface.Refusals()
         self._prefaces: set[asyncio.Task[None]] = set()
+        # Prefaces under way per source address; an address leaves with its last one.
+        self._pending: dict[str, int] = {}
         self._stats: Any = ffi.new("mw_rx_stats *")
         self._sock: socket.socket | None = None
         self._connections: dict[int, _Connection] = {}
@@ -68,6 +84,16 @@ class Listener:
     def incoming(self) -> int:
         """Calls being served now."""
         return int(self._stats.streams)
+
+    @property
+    def forged(self) -> int:
+        """Connections ended by a record that failed authentication."""
+        return int(self._stats.forged)
+
+    @property
+    def pending(self) -> int:
+        """Prefaces under way now."""
+        return len(self._prefaces)
 
     @property
     def malformed(self) -> int:
@@ -98,41 +124,50 @@ class Listener:
                 return
             sock.setblocking(False)
             tcp.tune(sock)
-            if self._keys is not None:
-                task = asyncio.get_running_loop().create_task(self._authenticate(sock, self._keys))
-                self._prefaces.add(task)
-                task.add_done_callback(self._prefaces.discard)
+            if self._keys is None:
+                self._serve(sock)
                 continue
-            self._serve(sock)
+            address = _address(sock)
+            if len(self._prefaces) >= PENDING_MAX:
+                self._refuse(sock, address, f"{PENDING_MAX} prefaces under way already")
+                continue
+            if self._pending.get(address, 0) >= PENDING_PER_SOURCE:
+                self._refuse(sock, address, f"{PENDING_PER_SOURCE} of its prefaces under way")
+                continue
+            self._pending[address] = self._pending.get(address, 0) + 1
+            task = asyncio.get_running_loop().create_task(
+                self._authenticate(sock, self._keys, address)
+            )
+            self._prefaces.add(task)
+            task.add_done_callback(self._prefaces.discard)
 
-    async def _authenticate(self, sock: socket.socket, keys: preface.Keyring) -> None:
+    def _refuse(self, sock: socket.socket, address: str, why: str) -> None:
+        self.refusals.refused("wire service", address, why)
+        sock.close()
+
+    async def _authenticate(self, sock: socket.socket, keys: preface.Keyring, address: str) -> None:
         """Serves the connection once its sender passed the preface; closes it otherwise."""
         try:
-            await preface.as_receiver(sock, keys, self._node)
-        except preface.PlainHttp2 as exc:
-            # Its calls are answered UNAUTHENTICATED, saying why; nothing is delivered.
-            self.refusals.refused("wire service", _address(sock), str(exc))
-            if self._sock is None:
-                sock.close()
-            else:
-                self._serve(sock, refusal=str(exc))
-            return
-        except OSError as exc:  # TimeoutError included
-            self.refusals.refused("wire service", _address(sock), str(exc) or "no preface in time")
-            sock.close()
+            session = await preface.as_receiver(sock, keys, self._node, self._preface_timeout)
+        except OSError as exc:  # PrefaceError and TimeoutError included
+            self._refuse(sock, address, str(exc) or "no preface in time")
             return
         except BaseException:
             sock.close()
             raise
+        finally:
+            left = self._pending.pop(address) - 1
+            if left:
+                self._pending[address] = left
         if self._sock is None:  # the listener closed meanwhile
             sock.close()
             return
-        self._serve(sock)
+        self._serve(sock, session)
 
-    def _serve(self, sock: socket.socket, refusal: str = "") -> None:
-        """Serves the connection; with `refusal`, every call on it is refused with it."""
+    def _serve(self, sock: socket.socket, session: preface.Session | None = None) -> None:
+        """Serves the connection, its records sealed with `session`'s keys if given."""
         try:
-            connection = _Connection(sock, self._table, self._stats, self._forget, refusal)
+            connection = _Connection(sock, self._table, self._stats, self._forget, session)
         except MemoryError as exc:
             log.warning("wire service: %s; connection refused", exc)
             sock.close()
@@ -158,7 +193,7 @@ class _Connection:
         table: WireTable,
         stats: Any,
         forget: Callable[[int], None],
-        refusal: str = "",
+        session: preface.Session | None = None,
     ) -> None:
         self._sock = sock
         self._fd = sock.fileno()
@@ -166,8 +201,20 @@ class _Connection:
         self._receiver: Any = lib.mw_receiver_new(self._fd, table.handle, stats)
         if self._receiver == ffi.NULL:
             raise MemoryError("wire service: no memory for a connection")
-        if refusal:
-            lib.mw_receiver_refuse_all(self._receiver, refusal.encode())
+        if (
+            session is not None
+            and lib.mw_receiver_seal(
+                self._receiver,
+                session.key,
+                len(session.key),
+                session.transcript,
+                len(session.transcript),
+                session.encrypt,
+            )
+            != 0
+        ):
+            lib.mw_receiver_free(self._receiver)
+            raise MemoryError("wire service: no memory for a connection's record keys")
         receiver = self._receiver
         self._watch = Watch(
             self._fd,

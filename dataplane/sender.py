@@ -56,12 +56,15 @@ class Sender:
         batch_bytes: int,
         keys: preface.Keyring | None = None,
         node: str = "",
+        encrypt: bool = True,
     ) -> None:
-        """`keys`: the wire keys each connection proves with (preface.py), as node `node`;
-        None: connections start the HTTP/2 stream at once, unauthenticated."""
+        """`keys`: the wire keys each connection proves with (preface.py), as node `node`,
+        its records then sealed and, with `encrypt`, encrypted (cext/seal.h); None:
+        connections start the HTTP/2 stream at once, unauthenticated and in the clear."""
         self.key = key
         self._keys = keys
         self._node = node
+        self._encrypt = encrypt
         self._table = table
         self._fd_of = fd_of
         self._fds: dict[int, int] = {}
@@ -114,7 +117,7 @@ class Sender:
         pause = RETRY_MIN
         while not self._closing.is_set():
             try:
-                sock = await self._connect()
+                sock, session = await self._connect()
             except OSError as exc:
                 log.info("stream %s: cannot connect (%s); retrying in %.2fs", self.key, exc, pause)
                 await self._pause(pause)
@@ -123,7 +126,7 @@ class Sender:
             pause = RETRY_MIN
             with sock:
                 try:
-                    error = await self._serve(sock)
+                    error = await self._serve(sock, session)
                 except MemoryError as exc:
                     error = str(exc)
             if not self._closing.is_set():
@@ -135,7 +138,7 @@ class Sender:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), seconds)
 
-    async def _connect(self) -> socket.socket:
+    async def _connect(self) -> tuple[socket.socket, preface.Session | None]:
         address = (self.key.peer_node, self.key.peer_port)
         sock = socket.socket(tcp.family(self.key.peer_node), socket.SOCK_STREAM)
         try:
@@ -143,8 +146,9 @@ class Sender:
             tcp.tune(sock)
             connecting = asyncio.get_running_loop().sock_connect(sock, address)
             await asyncio.wait_for(connecting, CONNECT_TIMEOUT)
+            session = None
             if self._keys is not None:
-                await preface.as_sender(sock, self._keys, self._node)
+                session = await preface.as_sender(sock, self._keys, self._node, self._encrypt)
         except preface.PrefaceError as exc:
             sock.close()
             raise OSError(f"{hostport.join(*address)}: {exc}") from None
@@ -156,9 +160,9 @@ class Sender:
         except BaseException:
             sock.close()
             raise
-        return sock
+        return sock, session
 
-    async def _serve(self, sock: socket.socket) -> str:
+    async def _serve(self, sock: socket.socket, session: preface.Session | None) -> str:
         """Runs one call on the connected socket until it is over; returns why ("" if it
         ended as asked)."""
         call = lib.mw_sender_new(
@@ -170,6 +174,20 @@ class Sender:
         )
         if call == ffi.NULL:
             raise MemoryError(f"stream {self.key}: no memory for a call")
+        if (
+            session is not None
+            and lib.mw_sender_seal(
+                call,
+                session.key,
+                len(session.key),
+                session.transcript,
+                len(session.transcript),
+                session.encrypt,
+            )
+            != 0
+        ):
+            lib.mw_sender_free(call)
+            raise MemoryError(f"stream {self.key}: no memory for a call's record keys")
         over = asyncio.get_running_loop().create_future()
         watch = Watch(
             sock.fileno(),

@@ -74,6 +74,11 @@ class WorkerConfig:
     # The wire key file (config `auth.wire_key`): every connection, both ways, passes the
     # authenticated preface (preface.py) first. Empty: no preface, anyone is trusted.
     wire_key: str = ""
+    # With a wire key: the streams this worker opens encrypt their records, not only seal
+    # them (config `auth.wire_encrypt`, cext/seal.h).
+    wire_encrypt: bool = True
+    # Seconds an accepted connection has to pass the preface (`auth.wire_preface_timeout`).
+    preface_timeout: float = preface.TIMEOUT
 
 
 def main(argv: list[str]) -> int:
@@ -168,7 +173,7 @@ class Worker:
         # Same-node link ends by wire id (AddWire `local`); never also in `_wires`.
         self._locals: dict[int, _Local] = {}
         self._streams: Streams[Sender] = Streams(self._open_stream)
-        self._listener = Listener(self._table, keys, config.node)
+        self._listener = Listener(self._table, keys, config.node, config.preface_timeout)
         self._stopping = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
         # Datagrams to control, in order (acks must follow their commands).
@@ -216,6 +221,7 @@ class Worker:
             self._config.batch_bytes,
             self._keys,
             self._config.node,
+            self._config.wire_encrypt,
         )
 
     def _on_command(self) -> None:
@@ -410,7 +416,8 @@ class Worker:
                 self._listener.incoming,
                 self._table.unknown,
                 self._listener.malformed,
-                self._listener.refusals.count,
+                # A forged record ends its connection: a refusal, found late.
+                self._listener.refusals.count + self._listener.forged,
                 sum(end.pump is not None for end in self._locals.values()) // 2,
             )
         )

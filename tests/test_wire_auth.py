@@ -52,10 +52,22 @@ def key_file(path: Path, *keys: bytes) -> str:
 async def run_preface(
     sender_keys: preface.Keyring, receiver_keys: preface.Keyring
 ) -> tuple[str | BaseException, str | BaseException]:
-    """Both sides of the preface on a socket pair: each side's result or exception."""
+    """Both sides of the preface on a socket pair: the peer each side learnt, or its
+    exception."""
+    sent, received = await run_sessions(sender_keys, receiver_keys)
+    return (
+        sent.peer if isinstance(sent, preface.Session) else sent,
+        received.peer if isinstance(received, preface.Session) else received,
+    )
+
+
+async def run_sessions(
+    sender_keys: preface.Keyring, receiver_keys: preface.Keyring, encrypt: bool = True
+) -> tuple[preface.Session | BaseException, preface.Session | BaseException]:
+    """Both sides of the preface on a socket pair: each side's session or exception."""
     left, right = socket.socketpair()
 
-    async def receive() -> str:
+    async def receive() -> preface.Session:
         try:
             return await preface.as_receiver(right, receiver_keys, "node-b")
         except preface.PrefaceError:
@@ -66,7 +78,9 @@ async def run_preface(
         left.setblocking(False)
         right.setblocking(False)
         sent, received = await asyncio.gather(
-            preface.as_sender(left, sender_keys, "node-a"), receive(), return_exceptions=True
+            preface.as_sender(left, sender_keys, "node-a", encrypt),
+            receive(),
+            return_exceptions=True,
         )
     return sent, received
 
@@ -77,6 +91,20 @@ async def run_preface(
 async def test_both_ends_with_the_key_learn_each_others_node_name(tmp_path: Path) -> None:
     keys = preface.Keyring(key_file(tmp_path / "wire.key", KEY_A))
     assert await run_preface(keys, keys) == ("node-b", "node-a")
+
+
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypt", "integrity"])
+async def test_both_ends_agree_the_record_keys_and_the_senders_mode(
+    tmp_path: Path, encrypt: bool
+) -> None:
+    keys = preface.Keyring(key_file(tmp_path / "wire.key", KEY_A))
+    sent, received = await run_sessions(keys, keys, encrypt)
+    assert isinstance(sent, preface.Session) and isinstance(received, preface.Session)
+    assert (sent.key, sent.transcript) == (received.key, received.transcript)
+    assert sent.encrypt is received.encrypt is encrypt
+    again, _ = await run_sessions(keys, keys, encrypt)
+    assert isinstance(again, preface.Session)
+    assert again.transcript != sent.transcript  # fresh nonces: fresh record keys
 
 
 async def test_a_sender_with_another_key_is_refused_and_told_so(tmp_path: Path) -> None:
@@ -96,7 +124,8 @@ async def test_a_wrong_mac_with_the_right_key_id_is_refused(tmp_path: Path) -> N
         right.setblocking(False)
         serving = asyncio.create_task(preface.as_receiver(right, receiver, "node-b"))
         loop = asyncio.get_running_loop()
-        hello = preface.MAGIC + preface.key_id(KEY_A) + secrets.token_bytes(32) + b"\x01x"
+        mode = bytes([preface.ENCRYPT])
+        hello = preface.MAGIC + preface.key_id(KEY_A) + secrets.token_bytes(32) + mode + b"\x01x"
         await loop.sock_sendall(left, hello)
         await loop.sock_sendall(left, secrets.token_bytes(preface.MAC))
         with pytest.raises(preface.PrefaceError, match="wrong wire key MAC"):
@@ -108,7 +137,9 @@ async def test_a_wrong_mac_with_the_right_key_id_is_refused(tmp_path: Path) -> N
         assert len(head) == len(preface.MAGIC) + 32 + 1 + len(b"node-b") + preface.MAC
 
 
-async def test_http2_without_the_preface_is_told_apart_and_left_unread(tmp_path: Path) -> None:
+async def test_http2_without_the_preface_is_told_apart_from_its_first_bytes(
+    tmp_path: Path,
+) -> None:
     receiver = preface.Keyring(key_file(tmp_path / "wire.key", KEY_A))
     left, right = socket.socketpair()
     with left, right:
@@ -116,8 +147,28 @@ async def test_http2_without_the_preface_is_told_apart_and_left_unread(tmp_path:
         left.sendall(preface.HTTP2_START)
         with pytest.raises(preface.PlainHttp2):
             await preface.as_receiver(right, receiver, "node-b")
-        # Still there for the HTTP/2 receiver that answers UNAUTHENTICATED.
-        assert right.recv(64) == preface.HTTP2_START
+        # Only the magic's length was read: nothing past it was taken as a preface.
+        assert right.recv(64) == preface.HTTP2_START[len(preface.MAGIC) :]
+
+
+async def test_a_previous_version_preface_is_refused(tmp_path: Path) -> None:
+    receiver = preface.Keyring(key_file(tmp_path / "wire.key", KEY_A))
+    left, right = socket.socketpair()
+    with left, right:
+        right.setblocking(False)
+        left.sendall(b"MWWIRE1\0" + preface.key_id(KEY_A) + secrets.token_bytes(32) + b"\x01x")
+        with pytest.raises(preface.PrefaceError, match="another version"):
+            await preface.as_receiver(right, receiver, "node-b")
+
+
+async def test_a_stalled_preface_is_given_up_at_the_timeout(tmp_path: Path) -> None:
+    receiver = preface.Keyring(key_file(tmp_path / "wire.key", KEY_A))
+    left, right = socket.socketpair()
+    with left, right:
+        right.setblocking(False)
+        left.sendall(preface.MAGIC[:3])
+        with pytest.raises(TimeoutError):
+            await preface.as_receiver(right, receiver, "node-b", within=0.2)
 
 
 async def test_a_receiver_with_the_new_and_old_keys_accepts_both(tmp_path: Path) -> None:
@@ -245,8 +296,8 @@ async def test_a_stock_grpc_client_gets_frames_onto_a_pod_only_without_keys(
             if not keyed:
                 assert (answer, got) == ("OK", True)
                 return
-            assert "without the authenticated wire preface" in answer
-            assert answer.startswith("UNAUTHENTICATED")
+            # Closed before any HTTP/2 answer: the client sees the connection fail.
+            assert answer.startswith("UNAVAILABLE")
             assert not got
             await wait_until(lambda: refused(node_b) >= 1, within=30)
             assert ping(a, b.address)  # and the refusal touched no wire

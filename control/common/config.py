@@ -177,6 +177,18 @@ class AuthConfig(_Section):
         description="The cluster's wire keys, one hex key per line: streams are opened with "
         "the first, and any of them is accepted (rotation).",
     )
+    wire_encrypt: bool = Field(
+        default=True,
+        description="After the preface every record of a stream is sealed with AES-256-GCM "
+        "(integrity and replay protection, always on with auth). true: the streams this node "
+        "opens are encrypted too; false: sealed in the clear. A node accepts both.",
+    )
+    wire_preface_timeout: float = Field(
+        default=2.0,
+        gt=0,
+        description="Seconds a new stream connection has to finish the authenticated preface "
+        "before it is closed: one round trip needs far less, a stalling peer is cut off.",
+    )
 
 
 class MetricsConfig(_Section):

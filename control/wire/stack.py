@@ -100,6 +100,8 @@ class WireStack:
                 log_format=config.log.format,
                 node=config.node_name,
                 wire_key=wire_key,
+                wire_encrypt=config.auth.wire_encrypt,
+                preface_timeout=config.auth.wire_preface_timeout,
             ),
             desired=self._desired,
         )

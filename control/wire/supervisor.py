@@ -58,6 +58,10 @@ class PoolSettings:
     node: str = ""
     # The workers' wire key file (config `auth.wire_key`); empty: streams unauthenticated.
     wire_key: str = ""
+    # With a wire key: whether opened streams encrypt their records (`auth.wire_encrypt`),
+    # and the preface's deadline (`auth.wire_preface_timeout`).
+    wire_encrypt: bool = True
+    preface_timeout: float = 2.0
 
 
 @dataclass(eq=False)
@@ -209,6 +213,8 @@ class WorkerPool:
             node=s.node,
             index=slot.index,
             wire_key=s.wire_key,
+            wire_encrypt=s.wire_encrypt,
+            preface_timeout=s.preface_timeout,
         )
 
     async def _spawn(self, slot: _Slot) -> WorkerHandle:
