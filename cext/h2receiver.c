@@ -20,6 +20,7 @@
 #include "h2wire.h"
 
 #define NAMESPACE_MAX 253
+#define PEER_MAX 255
 #define WINDOW_MAX 0x7FFFFFFF
 #define FRAME_SIZE_MAX 0xFFFFFF
 #define STREAMS_MAX 128
@@ -54,6 +55,8 @@ struct mw_receiver {
     struct call *calls;
     uint8_t *buf;
     char refusal[160]; /* non-empty: every call is refused UNAUTHENTICATED with it */
+    char peer[PEER_MAX + 1]; /* the node the connection authenticated as; "" if none */
+    size_t peer_len;
 };
 
 static int starts_with(const uint8_t *s, size_t len, const char *prefix)
@@ -65,10 +68,13 @@ static int starts_with(const uint8_t *s, size_t len, const char *prefix)
 static void deliver(void *ctx, uint32_t wire_id, const uint8_t *frame, size_t len)
 {
     struct call *c = ctx;
-    mw_table *table = c->conn->table;
-    if (!c->tag)
-        c->tag = mw_table_tag(table, c->ns, c->ns_len, 0);
-    mw_table_deliver(table, c->tag, wire_id, frame, len);
+    mw_receiver *r = c->conn;
+    if (!c->tag) {
+        char name[NAMESPACE_MAX + 1 + PEER_MAX];
+        long n = mw_receiver_tag_name(c->ns, c->ns_len, r->peer, r->peer_len, name, sizeof(name));
+        c->tag = n >= 0 ? mw_table_tag(r->table, name, (size_t)n, 0) : 0;
+    }
+    mw_table_deliver(r->table, c->tag, wire_id, frame, len);
 }
 
 static void refuse(struct call *c, const char *status, const char *message)
@@ -323,6 +329,28 @@ int mw_receiver_on_writable(mw_receiver *r)
 void mw_receiver_refuse_all(mw_receiver *r, const char *why)
 {
     snprintf(r->refusal, sizeof(r->refusal), "%s", why && why[0] ? why : "unauthenticated");
+}
+
+void mw_receiver_bind(mw_receiver *r, const char *peer)
+{
+    size_t n = strlen(peer);
+    r->peer_len = n < PEER_MAX ? n : PEER_MAX;
+    memcpy(r->peer, peer, r->peer_len);
+    r->peer[r->peer_len] = 0;
+}
+
+long mw_receiver_tag_name(const char *ns, size_t ns_len, const char *peer, size_t peer_len,
+                          char *out, size_t cap)
+{
+    size_t n = ns_len + (peer_len ? 1 + peer_len : 0);
+    if (n > cap)
+        return -1;
+    memcpy(out, ns, ns_len);
+    if (peer_len) {
+        out[ns_len] = 0;
+        memcpy(out + ns_len + 1, peer, peer_len);
+    }
+    return (long)n;
 }
 
 int mw_receiver_shut(mw_receiver *r)

@@ -76,6 +76,15 @@ void mw_receiver_refuse_all(mw_receiver *r, const char *why);
  * memory. */
 int mw_receiver_seal(mw_receiver *r, const uint8_t *key, size_t key_len, const uint8_t *transcript,
                      size_t transcript_len, int encrypt);
+/* Binds the connection to the node it authenticated as (`peer`, its address): from now
+ * on a call delivers only to wires tagged with (its namespace, peer), see
+ * mw_receiver_tag_name. */
+void mw_receiver_bind(mw_receiver *r, const char *peer);
+/* The name a wire's tag is made from (mw_table_tag) for frames of namespace `ns` from
+ * node `peer` ("" for a connection bound to no node): `ns`, or `ns` NUL `peer`. Writes
+ * it to out (cap bytes) and returns its length, or -1 if it does not fit. */
+long mw_receiver_tag_name(const char *ns, size_t ns_len, const char *peer, size_t peer_len,
+                          char *out, size_t cap);
 /* Says GOAWAY (the worker is stopping); DONE follows once it is written. */
 int mw_receiver_shut(mw_receiver *r);
 /* What failed the connection: "" if nothing did (a sender closing it is no failure). */

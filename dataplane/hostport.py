@@ -8,6 +8,8 @@ refused: its port cannot be told from its last group.
 
 from __future__ import annotations
 
+import ipaddress
+
 
 def split(value: str) -> tuple[str, int]:
     """(host, port) of HOST:PORT, an IPv6 host without its brackets; ValueError if malformed."""
@@ -28,3 +30,12 @@ def split(value: str) -> tuple[str, int]:
 def join(host: str, port: int) -> str:
     """HOST:PORT, with an IPv6 host in brackets."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def canonical(host: str) -> str:
+    """One spelling per address ("2001:DB8::0:1" and "2001:db8::1" give the latter), so
+    hosts compare as strings; a name that is no address is kept as it is."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host

@@ -26,6 +26,10 @@ nor reorder a byte after it. The mode is the sender's (config
 `auth.wire_encrypt`): ENCRYPT seals and encrypts, INTEGRITY seals in the clear;
 a receiver accepts both, since both protect integrity.
 
+A node's name here is its address as its peers dial it: the receiver binds the
+stream to the sender's (it delivers only to wires whose far end is on that
+node), and the sender checks that the receiver's is the one it dialled.
+
 Keys are re-read when their file changes (its inode, size or mtime), so a new
 connection uses the new keys and connections already made keep theirs.
 """

@@ -16,7 +16,9 @@ a node with auth off), does not finish it within the preface timeout, or
 arrives while PENDING_MAX prefaces (PENDING_PER_SOURCE from its address) are
 under way is closed before nghttp2 sees a byte of it, counted and logged (once
 per address a minute). A record that fails authentication ends its connection
-and is counted in `forged` and in the refusals.
+and is counted in `forged` and in the refusals. A passed connection is bound to
+the node it authenticated as: its calls deliver only to wires whose far end is
+on that node (WireTable.tag).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from meshwire.dataplane import preface, tcp
+from meshwire.dataplane import hostport, preface, tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.watch import Watch
 from meshwire.dataplane.wirec import WireTable
@@ -215,6 +217,8 @@ class _Connection:
         ):
             lib.mw_receiver_free(self._receiver)
             raise MemoryError("wire service: no memory for a connection's record keys")
+        if session is not None:
+            lib.mw_receiver_bind(self._receiver, hostport.canonical(session.peer).encode())
         receiver = self._receiver
         self._watch = Watch(
             self._fd,

@@ -149,6 +149,8 @@ class Sender:
             session = None
             if self._keys is not None:
                 session = await preface.as_sender(sock, self._keys, self._node, self._encrypt)
+                if hostport.canonical(session.peer) != hostport.canonical(self.key.peer_node):
+                    raise preface.PrefaceError(f"the receiver is node {session.peer!r}")
         except preface.PrefaceError as exc:
             sock.close()
             raise OSError(f"{hostport.join(*address)}: {exc}") from None

@@ -66,10 +66,17 @@ class WireTable:
         """Frames received for a wire id this table lacks or holds for another namespace."""
         return int(lib.mw_table_unknown(self._table))
 
-    def tag(self, namespace: str) -> int:
-        """The tag of a topology namespace's wires, made on first use (tags start at 1)."""
-        name = namespace.encode()
-        tag = int(lib.mw_table_tag(self._table, name, len(name), 1))
+    def tag(self, namespace: str, peer: str = "") -> int:
+        """The tag of the wires of a topology namespace whose far ends are on node `peer`
+        (its address; "": streams bound to no node, without wire keys), made on first use
+        (tags start at 1). A stream delivers only to the wires of its own tag. Raises
+        WireTableError if the names are too long, MemoryError if out of memory."""
+        ns, node = namespace.encode(), peer.encode()
+        name = ffi.new("char[]", len(ns) + 1 + len(node))
+        n = int(lib.mw_receiver_tag_name(ns, len(ns), node, len(node), name, len(name)))
+        if n < 0:
+            raise WireTableError(f"wire table: no tag for namespace {namespace!r} of {peer!r}")
+        tag = int(lib.mw_table_tag(self._table, name, n, 1))
         if tag == 0:
             raise MemoryError(f"wire table: no memory for namespace {namespace!r}")
         return tag

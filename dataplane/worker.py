@@ -56,6 +56,7 @@ log = logging.getLogger("meshwire.dataplane.worker")
 class WorkerConfig:
     # Netns path the worker serves in; empty: control's own (the node's).
     netns: str = ""
+    # Also the node's identity in the wire preface: its address, as its peers dial it.
     listen_host: str = "127.0.0.1"
     # 0: any free port; the one bound is reported in Ready.
     data_port: int = 0
@@ -173,7 +174,9 @@ class Worker:
         # Same-node link ends by wire id (AddWire `local`); never also in `_wires`.
         self._locals: dict[int, _Local] = {}
         self._streams: Streams[Sender] = Streams(self._open_stream)
-        self._listener = Listener(self._table, keys, config.node, config.preface_timeout)
+        self._listener = Listener(
+            self._table, keys, hostport.canonical(config.listen_host), config.preface_timeout
+        )
         self._stopping = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
         # Datagrams to control, in order (acks must follow their commands).
@@ -220,7 +223,7 @@ class Worker:
             self._config.batch_frames,
             self._config.batch_bytes,
             self._keys,
-            self._config.node,
+            hostport.canonical(self._config.listen_host),
             self._config.wire_encrypt,
         )
 
@@ -264,7 +267,10 @@ class Worker:
     def _add(self, command: messages.AddWire, fd: int) -> messages.WireAck:
         os.set_blocking(fd, False)  # a blocking TAP would stall every wire of the worker
         try:
-            tag = self._table.tag(command.namespace)
+            # With keys a stream is bound to the node it authenticated as (its address):
+            # it delivers only to the wires whose far end is on that node.
+            peer = hostport.canonical(command.peer_node) if self._keys is not None else ""
+            tag = self._table.tag(command.namespace, peer)
             self._table.set(command.wire_id, fd, tag, command.peer_wire_id)
         except (WireTableError, MemoryError) as exc:
             os.close(fd)
