@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ from dataplane_helpers import (
 from meshwire.dataplane import preface
 from meshwire.dataplane.handle import WorkerHandle
 from meshwire.dataplane.messages import AddWire
+from meshwire.dataplane.worker import WorkerConfig
 
 RELAY = str(Path(__file__).with_name("mitm_relay.py"))
 # Frames behind the 10-byte virtio-net header the pods' TAPs carry (offloads on), of a
@@ -203,3 +205,60 @@ async def test_without_keys_the_same_injection_reaches_the_pod(prefix: str, tmp_
 def test_the_relay_counts_the_senders_preface_as_this_worker_sends_it() -> None:
     fixed = len(preface.MAGIC) + preface.KEY_ID + preface.NONCE + 2
     assert (fixed, preface.MAC) == (mitm_relay.HELLO_FIXED, mitm_relay.MAC)
+
+
+@pytest.mark.root
+async def test_a_stream_delivers_only_to_wires_negotiated_with_the_node_it_proved_to_be(
+    prefix: str, tmp_path: Path
+) -> None:
+    """A node holding the key (here at 127.0.0.2) sends for a wire whose far end is
+    another node (127.0.0.1): its frames are dropped as unknown, never put on the pod."""
+    config = key_config(tmp_path)
+    b = make_pod(prefix, "b", "10.0.0.2/24")
+    x = make_pod(prefix, "x", "10.0.0.9/24")
+    node = make_node(prefix)
+    other = await WorkerHandle.start(
+        WorkerConfig(netns=node, listen_host="127.0.0.2", report_interval=0.1, **config)
+    )
+    try:
+        async with workers(node, 1, **config) as (node_b,):
+            await node_b.add_wire(AddWire(2, "lab", NODE, 1, 1), b.fd)
+            await other.add_wire(AddWire(9, "lab", NODE, node_b.data_port, 2), x.fd)
+            marker = secrets.token_bytes(16)
+            frame = BROADCAST + ATTACKER + ETHERTYPE + marker + bytes(40)
+            with packet_socket(b) as sniffer:
+                sniffer.settimeout(0.2)
+                sender = asyncio.create_task(asyncio.to_thread(send_until, x, frame, node_b))
+                try:
+                    await wait_until(lambda: unknown(node_b) >= 1, within=60)
+                finally:
+                    await sender
+                assert not any(marker in data for data in drain(sniffer))
+            assert refused(node_b) == 0  # it proved its key: dropped for its node, not refused
+    finally:
+        await other.stop()
+        close_pods(b, x)
+
+
+def unknown(handle: WorkerHandle) -> int:
+    report = handle.streams
+    return report.unknown if report is not None else 0
+
+
+def send_until(pod: Pod, frame: bytes, handle: WorkerHandle) -> None:
+    """Sends `frame` from the pod every 50 ms until `handle` counts an unknown frame."""
+    deadline = time.monotonic() + 60
+    with packet_socket(pod) as sock:
+        while unknown(handle) < 1 and time.monotonic() < deadline:
+            sock.send(frame)
+            time.sleep(0.05)
+
+
+def drain(sock: socket.socket) -> list[bytes]:
+    """What the socket holds now, until it stays quiet for its timeout."""
+    got = []
+    while True:
+        try:
+            got.append(sock.recv(65536))
+        except TimeoutError:
+            return got
