@@ -4,7 +4,7 @@ LAB_FILE ?= examples/lab.yml
 NODES ?= 2
 MW := .venv/bin/meshwire
 
-.PHONY: setup setup-test lab test lint down bench-micro image
+.PHONY: setup setup-test lab test lint down bench-micro image fuzz
 
 STEP := bash scripts/step.sh
 IMAGE_TAR := build/meshwire-image.tar
@@ -46,3 +46,9 @@ lint: setup
 # Micro benchmarks (pytest-benchmark), saved under .benchmarks/ for --benchmark-compare.
 bench-micro: setup
 	.venv/bin/python -m pytest -q bench/micro --benchmark-only --benchmark-autosave
+
+# The libFuzzer targets of every C parser of untrusted bytes (docs/fuzzing.md), each for
+# FUZZ_SECONDS; runs and crashes under cext/build/fuzz/runs/.
+FUZZ_SECONDS ?= 3600
+fuzz: setup-test
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash cext/fuzz/run.sh

@@ -372,16 +372,17 @@ static int find_member(const char *doc, size_t len, const char *key, struct scan
     return 1;
 }
 
-/* The top-level string member `key` of doc, unescaped into out; 0 if absent,
- * not a string, or containing a NUL byte. */
+/* The top-level string member `key` of doc, unescaped into out (NUL-terminated);
+ * 0 if absent, not a string, empty, or containing a NUL byte: an empty string
+ * counts as absent, as in the Python twin. */
 static int top_level_string(const struct buf *doc, const char *key, struct buf *out)
 {
     struct scan value;
+    out->len = 0;
     if (!doc->len || !find_member(doc->data, doc->len, key, &value)) {
         return 0;
     }
-    out->len = 0;
-    if (scan_string(&value, out) < 0 || memchr(out->data, '\0', out->len)) {
+    if (scan_string(&value, out) < 0 || !out->len || memchr(out->data, '\0', out->len)) {
         return 0;
     }
     return 1;
@@ -407,6 +408,8 @@ static int print_error(const char *version, int code, const char *msg, const cha
     buf_put_json_string(&out, details.data, details.len);
     buf_puts(&out, "}\n");
     fwrite(out.data, 1, out.len, stdout);
+    free(out.data);
+    free(details.data);
     return 1;
 }
 
@@ -415,7 +418,9 @@ static int unreachable(const char *version, const char *sock, const char *reason
     struct buf r = {0};
     buf_puts(&r, ": ");
     buf_puts(&r, reason);
-    return print_error(version, 11, "meshwire daemon unreachable", sock, r.data);
+    int code = print_error(version, 11, "meshwire daemon unreachable", sock, r.data);
+    free(r.data);
+    return code;
 }
 
 /* ---- the request frame ---------------------------------------------------- */
@@ -498,9 +503,11 @@ static int reproduce(const struct buf *answer, const char *version, const char *
         int ends = p == exit_at.end || strchr(" \t\r\n,}", *p);
         if (digits && ends && code <= 255 && !(digits > 1 && exit_at.p[0] == '0')) {
             fwrite(text.data ? text.data : "", 1, text.len, stdout);
+            free(text.data);
             return (int)code;
         }
     }
+    free(text.data);
     return print_error(version, 5, "malformed answer from the meshwire daemon", "socket ", sock);
 }
 
