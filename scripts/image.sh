@@ -3,8 +3,8 @@
 # build/meshwire-image.tar, tagged meshwire:<version> (pyproject's; IMAGE_TAG overrides the tag),
 # that `ctr -n k8s.io images import`, `docker load` and `podman load` take.
 #
-# Contents, the same as deploy/Dockerfile's: Debian bookworm (minbase) with python3 and
-# libnghttp2, and /opt/meshwire holding the package installed editable in /opt/meshwire/.venv,
+# Contents, the same as deploy/Dockerfile's: Debian bookworm (minbase) with python3,
+# libnghttp2 and libssl3, and /opt/meshwire holding the package installed editable in /opt/meshwire/.venv,
 # the generated gRPC modules, the compiled dataplane (dataplane/_wirec.*.so) and the static CNI
 # shim (cext/build/meshwire-cni). Everything is compiled inside a bookworm root, so the C parts
 # run against the libc and nghttp2 they were built with.
@@ -31,8 +31,8 @@ REF=${IMAGE_TAG:-meshwire:$VERSION}
 OUT=${1:-build/meshwire-image.tar}
 SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-RUNTIME_PKGS=python3,python3-venv,libnghttp2-14,ca-certificates
-BUILD_PKGS=(gcc libc6-dev libffi-dev libnghttp2-dev python3-dev)
+RUNTIME_PKGS=python3,python3-venv,libnghttp2-14,libssl3,ca-certificates
+BUILD_PKGS=(gcc libc6-dev libffi-dev libnghttp2-dev libssl-dev python3-dev)
 # The folders deploy/Dockerfile copies.
 SOURCES=(pyproject.toml setup.py README.md control dataplane proto cext scripts)
 T0=$(date +%s)

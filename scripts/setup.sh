@@ -31,6 +31,7 @@ lab_needs=(
   "iputils-ping|command -v ping"
   "libffi-dev|[[ -e /usr/include/ffi.h || -e /usr/include/x86_64-linux-gnu/ffi.h || -e /usr/include/aarch64-linux-gnu/ffi.h ]]"
   "libnghttp2-dev|[[ -e /usr/include/nghttp2/nghttp2.h ]]"
+  "libssl-dev|[[ -e /usr/include/openssl/evp.h ]]"
   "graphviz|command -v dot"
 )
 test_needs=(
