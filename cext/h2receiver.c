@@ -31,7 +31,6 @@
 /* gRPC status codes (grpc/status.h). */
 #define STATUS_UNIMPLEMENTED "12"
 #define STATUS_INVALID_ARGUMENT "3"
-#define STATUS_UNAUTHENTICATED "16"
 
 struct call {
     mw_receiver *conn;
@@ -54,7 +53,6 @@ struct mw_receiver {
     mw_rx_stats *stats;
     struct call *calls;
     uint8_t *buf;
-    char refusal[160]; /* non-empty: every call is refused UNAUTHENTICATED with it */
     char peer[PEER_MAX + 1]; /* the node the connection authenticated as; "" if none */
     size_t peer_len;
 };
@@ -93,9 +91,7 @@ static void refuse(struct call *c, const char *status, const char *message)
 
 static void accept_call(struct call *c)
 {
-    if (c->conn->refusal[0])
-        refuse(c, STATUS_UNAUTHENTICATED, c->conn->refusal);
-    else if (!c->path_ok)
+    if (!c->path_ok)
         refuse(c, STATUS_UNIMPLEMENTED, "meshwire workers serve " MW_WIRE_PATH " only");
     else if (!c->grpc_type)
         refuse(c, STATUS_INVALID_ARGUMENT, "content-type must be application/grpc");
@@ -324,11 +320,6 @@ int mw_receiver_seal(mw_receiver *r, const uint8_t *key, size_t key_len, const u
 int mw_receiver_on_writable(mw_receiver *r)
 {
     return next_step(r);
-}
-
-void mw_receiver_refuse_all(mw_receiver *r, const char *why)
-{
-    snprintf(r->refusal, sizeof(r->refusal), "%s", why && why[0] ? why : "unauthenticated");
 }
 
 void mw_receiver_bind(mw_receiver *r, const char *peer)

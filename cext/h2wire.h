@@ -68,9 +68,6 @@ mw_receiver *mw_receiver_new(int fd, mw_table *table, mw_rx_stats *stats);
 void mw_receiver_free(mw_receiver *r);
 int mw_receiver_on_readable(mw_receiver *r);
 int mw_receiver_on_writable(mw_receiver *r);
-/* From now on answers every call with grpc-status 16 (UNAUTHENTICATED) and `why`, and
- * delivers nothing: for a connection that did not pass the authenticated preface. */
-void mw_receiver_refuse_all(mw_receiver *r, const char *why);
 /* Seals the connection (seal.h) with the keys of the preface it passed: the accepting
  * side of mw_seal_new. Call before mw_receiver_on_writable. Returns 0, or -1 if out of
  * memory. */
