@@ -14,9 +14,9 @@ namespaces), so what is measured is the product as a user runs it:
       design of KNE's gRPC wire), with 1 and 2 workers;
   (e) wire, batched, 1 worker, with `auth.enabled: false`: (c) and (d) run as
       a lab does by default, every stream opened with the authenticated
-      preface (dataplane/preface.py; then the stream is in the clear), and
-      (e) is the unauthenticated wire they are compared with (issue 22:
-      (c) >= 0.9 x (e) in TCP and in frames/s).
+      preface (dataplane/preface.py; then every record sealed and encrypted,
+      cext/seal.h), and (e) is the unauthenticated wire in the clear they are
+      compared with (issues 22 and 39: (c) >= 0.9 x (e) in TCP and in frames/s).
   (f) emulation at full speed: two pods on one node whose link carries only
       `impairments: {rate_mbps: 100000}` on both ends, so the workers carry it
       (a wire from the node to itself, each frame through the C emulator's
