@@ -98,11 +98,13 @@ class Traffic:
         self.tag = secrets.token_bytes(8)
         self.sent: set[bytes] = set()
         self.received: list[bytes] = []
-        self._a, self._b = a, b
+        # Bound now, before the wire exists: no frame can pass before the sniffer listens.
+        self._out, self._in = packet_socket(a), packet_socket(b)
+        self._in.settimeout(0.2)
         self._stop = False
 
     def run_sender(self) -> None:
-        with packet_socket(self._a) as sock:
+        with self._out as sock:
             n = 0
             while not self._stop:
                 frame = numbered(self.tag, n)
@@ -112,12 +114,15 @@ class Traffic:
                 time.sleep(0.01)
 
     def run_sniffer(self) -> None:
-        with packet_socket(self._b) as sock:
-            sock.settimeout(0.2)
-            while not self._stop:
+        """Keeps frames until stopped, then until the socket holds no more (a loaded
+        machine may leave frames queued that arrived before the stop)."""
+        with self._in as sock:
+            while True:
                 try:
                     data = sock.recv(65536)
                 except TimeoutError:
+                    if self._stop:
+                        return
                     continue
                 if data[6:12] in (SENDER, ATTACKER):
                     self.received.append(data)
@@ -141,9 +146,9 @@ async def attacked_wire(
         async with workers(node, 2, **config) as (node_a, node_b):
             relay = Relay(node, node_b.data_port, mode, attack_frame(marker), status)
             try:
+                traffic = Traffic(a, b)
                 await node_b.add_wire(AddWire(2, "lab", NODE, node_a.data_port, 1), b.fd)
                 await node_a.add_wire(AddWire(1, "lab", NODE, relay.port, 2), a.fd)
-                traffic = Traffic(a, b)
                 threads = [
                     asyncio.create_task(asyncio.to_thread(traffic.run_sniffer)),
                     asyncio.create_task(asyncio.to_thread(traffic.run_sender)),
