@@ -86,6 +86,10 @@ class Session:
     transcript: bytes
     encrypt: bool
 
+    def seal_args(self) -> tuple[bytes, int, bytes, int, int]:
+        """What mw_sender_seal and mw_receiver_seal (cext/h2wire.h) take after the call."""
+        return self.key, len(self.key), self.transcript, len(self.transcript), int(self.encrypt)
+
 
 def key_id(key: bytes) -> bytes:
     return hashlib.sha256(b"meshwire wire key id\0" + key).digest()[:KEY_ID]

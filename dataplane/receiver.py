@@ -93,11 +93,6 @@ class Listener:
         return int(self._stats.forged)
 
     @property
-    def pending(self) -> int:
-        """Prefaces under way now."""
-        return len(self._prefaces)
-
-    @property
     def malformed(self) -> int:
         """Messages received that broke the Batch format."""
         return int(self._stats.malformed)
@@ -203,18 +198,7 @@ class _Connection:
         self._receiver: Any = lib.mw_receiver_new(self._fd, table.handle, stats)
         if self._receiver == ffi.NULL:
             raise MemoryError("wire service: no memory for a connection")
-        if (
-            session is not None
-            and lib.mw_receiver_seal(
-                self._receiver,
-                session.key,
-                len(session.key),
-                session.transcript,
-                len(session.transcript),
-                session.encrypt,
-            )
-            != 0
-        ):
+        if session is not None and lib.mw_receiver_seal(self._receiver, *session.seal_args()) != 0:
             lib.mw_receiver_free(self._receiver)
             raise MemoryError("wire service: no memory for a connection's record keys")
         if session is not None:

@@ -176,18 +176,7 @@ class Sender:
         )
         if call == ffi.NULL:
             raise MemoryError(f"stream {self.key}: no memory for a call")
-        if (
-            session is not None
-            and lib.mw_sender_seal(
-                call,
-                session.key,
-                len(session.key),
-                session.transcript,
-                len(session.transcript),
-                session.encrypt,
-            )
-            != 0
-        ):
+        if session is not None and lib.mw_sender_seal(call, *session.seal_args()) != 0:
             lib.mw_sender_free(call)
             raise MemoryError(f"stream {self.key}: no memory for a call's record keys")
         over = asyncio.get_running_loop().create_future()
