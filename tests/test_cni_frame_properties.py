@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshwire.control.cni import frame
@@ -17,7 +17,11 @@ names = st.text(st.characters(codec="utf-8", exclude_characters="="), min_size=1
 envs = st.dictionaries(st.one_of(names.map("CNI_".__add__), names), st.text(max_size=30))
 stdins = st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode))
 
+# A loaded machine may take its time over an example: no deadline, no slowness check.
+PATIENT = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+
+@settings(PATIENT)
 @given(envs, stdins)
 def test_a_request_is_one_line_and_decodes_to_its_cni_variables_and_stdin(
     env: dict[str, str], stdin: bytes
@@ -42,6 +46,7 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
+@settings(PATIENT)
 @given(st.binary(max_size=300))
 def test_any_request_bytes_decode_or_are_refused_with_code_6(data: bytes) -> None:
     try:
@@ -54,6 +59,7 @@ def _answer(code: int, stdout: str) -> bytes:
     return json.dumps({"exit": code, "stdout": stdout}).encode() + b"\n"
 
 
+@settings(PATIENT)
 @given(st.integers(0, 255), st.text(max_size=200))
 def test_a_response_round_trips_through_the_shims_reading(code: int, stdout: str) -> None:
     encoded = frame.encode_response(Response(code, stdout))
@@ -61,6 +67,7 @@ def test_a_response_round_trips_through_the_shims_reading(code: int, stdout: str
     assert frame.shim_outcome(encoded, "/run/x.sock", "1.0.0") == Response(code, stdout)
 
 
+@settings(PATIENT)
 @given(st.one_of(st.binary(max_size=300), st.builds(_answer, st.integers(-2, 300), st.text())))
 def test_any_answer_bytes_are_reproduced_or_become_a_cni_error(data: bytes) -> None:
     outcome = frame.shim_outcome(data, "/run/x.sock", "1.0.0")

@@ -6,19 +6,24 @@ any bytes a peer may send.
 from __future__ import annotations
 
 from codec_helpers import Decoder, grpc_frame, grpc_message
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshwire.dataplane import codec
 
 frames = st.lists(st.tuples(st.integers(0, codec.MAX_WIRE_ID), st.binary(max_size=200)), max_size=8)
 
+# A loaded machine may take its time over an example: no deadline, no slowness check.
+PATIENT = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+
+@settings(PATIENT)
 @given(frames)
 def test_python_unpack_inverts_pack(batch: list[tuple[int, bytes]]) -> None:
     assert codec.unpack(codec.pack(batch)) == batch
 
 
+@settings(PATIENT)
 @given(st.binary(max_size=300))
 def test_python_unpack_of_any_bytes_is_frames_that_pack_back_or_malformed(data: bytes) -> None:
     try:
@@ -29,7 +34,7 @@ def test_python_unpack_of_any_bytes_is_frames_that_pack_back_or_malformed(data: 
     assert codec.pack(unpacked) == data
 
 
-@settings(deadline=None)
+@settings(PATIENT)
 @given(st.lists(frames, min_size=1, max_size=4), st.lists(st.integers(0, 64), max_size=10))
 def test_the_c_decoder_delivers_what_python_packed_however_the_stream_is_split(
     batches: list[list[tuple[int, bytes]]], sizes: list[int]
@@ -39,7 +44,7 @@ def test_the_c_decoder_delivers_what_python_packed_however_the_stream_is_split(
     assert decoder.frames == [frame for batch in batches for frame in batch]
 
 
-@settings(deadline=None)
+@settings(PATIENT)
 @given(st.binary(max_size=300), st.lists(st.integers(0, 64), max_size=10))
 def test_the_c_decoder_agrees_with_python_on_any_batch_bytes(data: bytes, sizes: list[int]) -> None:
     """A message's frames up to its first fault are delivered; past it, nothing of it."""
@@ -52,7 +57,7 @@ def test_the_c_decoder_agrees_with_python_on_any_batch_bytes(data: bytes, sizes:
     assert decoder.frames == expected
 
 
-@settings(deadline=None)
+@settings(PATIENT)
 @given(st.binary(max_size=300), st.lists(st.integers(0, 64), max_size=10))
 def test_any_message_body_leaves_the_next_message_intact(body: bytes, sizes: list[int]) -> None:
     """gRPC's length prefix bounds a message: whatever its body, the next one decodes."""

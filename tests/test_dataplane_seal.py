@@ -18,7 +18,7 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshwire.dataplane._wirec import ffi, lib
@@ -29,6 +29,9 @@ LABEL = b"meshwire wire records v2"
 HEAD, TAG = int(lib.MW_SEAL_HEAD), int(lib.MW_SEAL_TAG)
 
 payloads = st.lists(st.binary(max_size=300), min_size=1, max_size=6)
+
+# A loaded machine may take its time over an example: no deadline, no slowness check.
+PATIENT = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 class Seal:
@@ -104,7 +107,7 @@ def test_without_encryption_the_payload_is_in_the_clear_and_still_authenticated(
     assert receiver.got == []
 
 
-@settings(max_examples=200, deadline=None)
+@settings(PATIENT, max_examples=200)
 @given(payloads, st.lists(st.integers(min_value=0), max_size=8), st.booleans())
 def test_honest_records_open_to_their_payloads_however_the_stream_is_cut(
     sent: list[bytes], cuts: list[int], encrypt: bool
@@ -118,7 +121,7 @@ def test_honest_records_open_to_their_payloads_however_the_stream_is_cut(
     assert int(lib.mw_seal_opened(receiver.handle)) == len(sent)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(PATIENT, max_examples=200)
 @given(payloads, st.integers(min_value=0), st.integers(min_value=1, max_value=255))
 def test_a_flipped_byte_delivers_nothing_from_its_record_on(
     sent: list[bytes], where: int, mask: int
@@ -145,7 +148,7 @@ def _ends(records: list[bytes]) -> list[int]:
     return ends
 
 
-@settings(max_examples=100, deadline=None)
+@settings(PATIENT, max_examples=100)
 @given(payloads, st.data())
 def test_replayed_dropped_or_reordered_records_fail(sent: list[bytes], data: st.DataObject) -> None:
     sender = Seal(True)
@@ -173,7 +176,7 @@ def test_records_of_the_other_direction_or_another_connection_fail() -> None:
     assert Seal(False).open(other) == -1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(PATIENT, max_examples=300)
 @given(st.binary(max_size=400))
 def test_bytes_from_someone_without_the_keys_never_open(stream: bytes) -> None:
     receiver = Seal(False)

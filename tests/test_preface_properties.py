@@ -11,7 +11,7 @@ import contextlib
 import socket
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshwire.dataplane import preface
@@ -19,6 +19,9 @@ from meshwire.dataplane import preface
 KEY = bytes(range(32))
 # The receiver's hello (MAGIC, nonce, name length, "node-b") and its MAC.
 REPLY = len(preface.MAGIC) + preface.NONCE + 1 + len(b"node-b") + preface.MAC
+
+# A loaded machine may take its time over an example: no deadline, no slowness check.
+PATIENT = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def hellos() -> st.SearchStrategy[bytes]:
@@ -51,7 +54,7 @@ async def receive(data: bytes, keys: preface.Keyring) -> tuple[BaseException | N
     return outcome, answered
 
 
-@settings(max_examples=150, deadline=None)
+@settings(PATIENT, max_examples=150)
 @given(hellos())
 def test_any_bytes_without_the_key_are_refused_with_a_preface_error(
     tmp_path_factory: pytest.TempPathFactory, data: bytes
