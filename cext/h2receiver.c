@@ -300,10 +300,6 @@ static int next_step(mw_receiver *r)
 int mw_receiver_on_readable(mw_receiver *r)
 {
     mw_h2io_receive(&r->io, r->session, r->buf, RECEIVE_BUF, RECEIVE_BUDGET);
-    if (r->io.forged == 1) {
-        r->io.forged = 2; /* counted */
-        r->stats->forged++;
-    }
     return next_step(r);
 }
 
@@ -348,6 +344,11 @@ int mw_receiver_shut(mw_receiver *r)
 {
     nghttp2_session_terminate_session(r->session, NGHTTP2_NO_ERROR);
     return next_step(r);
+}
+
+int mw_receiver_forged(const mw_receiver *r)
+{
+    return r->io.forged;
 }
 
 const char *mw_receiver_error(const mw_receiver *r)

@@ -56,7 +56,6 @@ typedef struct {
     uint64_t streams;   /* calls being served now */
     uint64_t malformed; /* messages that broke the Batch format (batchmsg.h) */
     uint64_t refused;   /* calls answered with an error: wrong method, content type or encoding */
-    uint64_t forged;    /* connections ended by a record that failed authentication (seal.h) */
 } mw_rx_stats;
 
 typedef struct mw_receiver mw_receiver;
@@ -84,6 +83,8 @@ long mw_receiver_tag_name(const char *ns, size_t ns_len, const char *peer, size_
                           char *out, size_t cap);
 /* Says GOAWAY (the worker is stopping); DONE follows once it is written. */
 int mw_receiver_shut(mw_receiver *r);
+/* Whether a record failed authentication (seal.h), which ended the connection. */
+int mw_receiver_forged(const mw_receiver *r);
 /* What failed the connection: "" if nothing did (a sender closing it is no failure). */
 const char *mw_receiver_error(const mw_receiver *r);
 

@@ -15,8 +15,9 @@ connection that fails the preface, starts HTTP/2 at once (a stock gRPC client,
 a node with auth off), does not finish it within the preface timeout, or
 arrives while PENDING_MAX prefaces (PENDING_PER_SOURCE from its address) are
 under way is closed before nghttp2 sees a byte of it, counted and logged (once
-per address a minute). A record that fails authentication ends its connection
-and is counted in `forged` and in the refusals. A passed connection is bound to
+per address a minute). A record that fails authentication (altered, injected
+or replayed on the path) ends its connection and is counted and logged the same
+way: a refusal found late. A passed connection is bound to
 the node it authenticated as: its calls deliver only to wires whose far end is
 on that node (WireTable.tag).
 """
@@ -86,11 +87,6 @@ class Listener:
     def incoming(self) -> int:
         """Calls being served now."""
         return int(self._stats.streams)
-
-    @property
-    def forged(self) -> int:
-        """Connections ended by a record that failed authentication."""
-        return int(self._stats.forged)
 
     @property
     def malformed(self) -> int:
@@ -164,7 +160,9 @@ class Listener:
     def _serve(self, sock: socket.socket, session: preface.Session | None = None) -> None:
         """Serves the connection, its records sealed with `session`'s keys if given."""
         try:
-            connection = _Connection(sock, self._table, self._stats, self._forget, session)
+            connection = _Connection(
+                sock, self._table, self._stats, self._forget, self.refusals, session
+            )
         except MemoryError as exc:
             log.warning("wire service: %s; connection refused", exc)
             sock.close()
@@ -190,11 +188,13 @@ class _Connection:
         table: WireTable,
         stats: Any,
         forget: Callable[[int], None],
+        refusals: preface.Refusals,
         session: preface.Session | None = None,
     ) -> None:
         self._sock = sock
         self._fd = sock.fileno()
         self._forget = forget
+        self._refusals = refusals
         self._receiver: Any = lib.mw_receiver_new(self._fd, table.handle, stats)
         if self._receiver == ffi.NULL:
             raise MemoryError("wire service: no memory for a connection")
@@ -225,7 +225,9 @@ class _Connection:
         if self._receiver == ffi.NULL:
             return
         error = ffi.string(lib.mw_receiver_error(self._receiver)).decode()
-        if error:
+        if lib.mw_receiver_forged(self._receiver):
+            self._refusals.refused("wire service", _address(self._sock), error)
+        elif error:
             log.info("wire service: connection from %s ended: %s", self._peer(), error)
         lib.mw_receiver_free(self._receiver)
         self._receiver = ffi.NULL

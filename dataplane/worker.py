@@ -422,8 +422,7 @@ class Worker:
                 self._listener.incoming,
                 self._table.unknown,
                 self._listener.malformed,
-                # A forged record ends its connection: a refusal, found late.
-                self._listener.refusals.count + self._listener.forged,
+                self._listener.refusals.count,
                 sum(end.pump is not None for end in self._locals.values()) // 2,
             )
         )
