@@ -55,6 +55,7 @@ from meshwire.control.wire.thread_ends import ThreadEnds
 from meshwire.control.wire.types import WireEnds
 from meshwire.dataplane import hostport, preface
 from meshwire.dataplane.handle import WorkerError
+from meshwire.dataplane.messages import AddWire
 
 # The Peer service stops within this grace (in-flight handshakes finish).
 SERVER_GRACE = 0.5
@@ -100,8 +101,13 @@ class WireStack:
                 log_format=config.log.format,
                 node=config.node_name,
                 wire_key=wire_key,
+                run_dir=config.dataplane.run_dir,
+                cgroup_root=config.dataplane.cgroup_root,
+                cgroup=config.dataplane.worker_cgroup,
+                orphan_grace=config.dataplane.orphan_grace,
             ),
             desired=self._desired,
+            adopted=self._adopted,
         )
         self.manager = WireManager(config.node_ip, config.dataplane.offloads, self.pool, nodes)
         peer_port = hostport.split(config.peer.listen)[1]
@@ -124,6 +130,18 @@ class WireStack:
 
     def _desired(self, wire_id: int) -> Desired | None:
         return self.manager.desired(wire_id)
+
+    def _adopted(self, command: AddWire, fd: int) -> int | None:
+        return self.manager.adopt(command, fd)
+
+    async def adopt(self) -> None:
+        """Take over the workers a previous daemon left running (with `dataplane.run_dir`),
+        with their wires; call after `bind` and before any link is attached."""
+        await self.pool.adopt()
+
+    def release_unclaimed(self) -> None:
+        """Drop the adopted wires no row claimed; call once every row was reconciled."""
+        self.manager.release_unclaimed()
 
     def bind(self) -> None:
         """Serve the driver on the running event loop (call from it) from now on, before
