@@ -6,7 +6,8 @@ same-node link r1-r3 emulated (a delay), carried TAP to TAP by node1's worker.
 A 10 ms ping loop runs across every link while `lab kill-daemon` SIGKILLs and
 restarts both nodes' daemons. Each loop loses at most 3 pings (the bound a
 router's BFD at 100 ms x 3 survives), the pods' interfaces keep their ifindex,
-and the workers are the same processes: the new daemons adopted them.
+and the workers are the same processes: the new daemons adopted them. `lab
+down` stops them.
 
 Losses are counted from the echo replies' sequence numbers, whatever their
 delay, so a loaded machine slows the replies but cannot fail the count.
@@ -28,6 +29,7 @@ from lab_helpers import Lab, unique_lab
 
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
+from meshwire.dataplane import rundir
 from tests.paths import REPO
 
 pytestmark = pytest.mark.root
@@ -182,3 +184,7 @@ def test_killing_both_daemons_loses_at_most_3_pings_per_link_and_keeps_every_ifi
     assert all(0 <= n <= LOST_AT_MOST for n in lost.values()), lost
     assert ifindexes(lab) == indexes
     assert {node: worker_pids(lab, node) for node in (1, 2)} == workers
+
+    # They outlived their daemons' process groups: `lab down` stops them itself.
+    assert lab.run("down") == 0
+    assert not any(rundir.start_time(pid) for pid in set().union(*workers.values()))

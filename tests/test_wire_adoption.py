@@ -80,9 +80,13 @@ async def pool(
     count: int = 1,
     batch_frames: int = 256,
     adopted: Adopted | None = None,
+    orphan_grace: float = 60.0,
 ) -> AsyncIterator[WorkerPool]:
     """A pool, adopting what it finds in `run_dir` (if any) before it starts."""
-    settings = PoolSettings(count, NODE, port_base, batch_frames, 0.1, netns=node, run_dir=run_dir)
+    settings = PoolSettings(
+        count, NODE, port_base, batch_frames, 0.1, netns=node, run_dir=run_dir,
+        orphan_grace=orphan_grace,
+    )  # fmt: skip
     started = WorkerPool(settings, desired.get, adopted or Adopted())
     await started.adopt()
     await started.start()
@@ -184,3 +188,18 @@ async def test_without_a_run_directory_the_workers_stop_with_the_pool(
     async with pool(node, 53500, {}) as only:
         (pid,) = only.pids().values()
     await wait_for(lambda: not alive(pid), within=30)
+
+
+async def test_a_worker_without_control_and_without_wires_exits_after_the_grace(
+    pods: tuple[str, Pod, Pod], run_dir: str
+) -> None:
+    node, a, _ = pods
+    want: dict[int, Desired] = {}
+    async with pool(node, 53600, want, run_dir, count=2, orphan_grace=0.5) as first:
+        wire(first, want, 2, a.fd, 3, 53999)  # on worker 1; worker 0 holds nothing
+        await wait_for(lambda: 2 in first.counters())
+        pids = first.pids()
+
+    await wait_for(lambda: not alive(pids[0]), within=30)
+    assert rundir.indexes(run_dir) == [1]
+    assert alive(pids[1])  # it carries a wire: it waits for the next control

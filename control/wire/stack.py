@@ -20,7 +20,8 @@ handshakes; a cross-node grpc row fails its update with a SpecError naming the
 credential that is missing (retried when the row changes), before any TAP is
 made. Its workers still listen on their data ports, but open every
 connection with the preface on a random key that only this stack holds (a
-private file removed at `close`), so no stream of anyone is accepted.
+private file removed at `close`; with `dataplane.run_dir`, one kept there for
+the next daemon, which adopts the workers), so no stream of anyone is accepted.
 
 Start order: the workers, then the Peer service (peers' handshakes are
 answered `pending` until this node's ends exist), then the handshake loop.
@@ -59,6 +60,8 @@ from meshwire.dataplane.messages import AddWire
 
 # The Peer service stops within this grace (in-flight handshakes finish).
 SERVER_GRACE = 0.5
+# A local-only stack's wire key file in `dataplane.run_dir`.
+LOCAL_WIRE_KEY = "local-wire.key"
 
 
 def worker_count(config: Config) -> int:
@@ -84,7 +87,11 @@ class WireStack:
                 if not local_only:
                     raise
                 self.missing = str(exc)
-                wire_key = self._private_key = _private_wire_key()
+                if config.dataplane.run_dir:
+                    # Kept for the next daemon: its workers' config must not change.
+                    wire_key = _kept_wire_key(config.dataplane.run_dir)
+                else:
+                    wire_key = self._private_key = _private_wire_key()
         # Peer calls refused as unauthenticated (the workers count the wire's).
         self.refusals = preface.Refusals()
         nodes = WorkQueue(
@@ -190,6 +197,18 @@ class WireStack:
         if self._private_key:
             with contextlib.suppress(OSError):
                 os.unlink(self._private_key)
+
+
+def _kept_wire_key(run_dir: str) -> str:
+    """The local-only wire key file in the workers' run directory, made once, this
+    user's only: its path."""
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(run_dir, LOCAL_WIRE_KEY)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    return path
 
 
 def _private_wire_key() -> str:

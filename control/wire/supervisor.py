@@ -138,13 +138,12 @@ class WorkerPool:
         if not self.settings.run_dir:
             return 0
         extra = [k for k in rundir.indexes(self.settings.run_dir) if k >= self.settings.count]
-        for index in extra:  # `workers` went down: the config of index k is not wanted
+        for index in extra:  # `workers` went down: no slot will take worker k again
             stale = await WorkerHandle.adopt(self._config(_Slot(index)))
             if stale is not None:
-                stale.handle.detach()
-                await stale.handle.stop()
                 for _, fd in stale.wires:
                     os.close(fd)
+                await stale.handle.stop()
         adopted = 0
         for slot in self._slots:
             found = await WorkerHandle.adopt(self._config(slot))
