@@ -203,3 +203,31 @@ async def test_a_worker_without_control_and_without_wires_exits_after_the_grace(
     await wait_for(lambda: not alive(pids[0]), within=30)
     assert rundir.indexes(run_dir) == [1]
     assert alive(pids[1])  # it carries a wire: it waits for the next control
+
+
+async def test_an_adopted_worker_that_dies_is_restarted_and_handed_its_wires(
+    pods: tuple[str, Pod, Pod], run_dir: str
+) -> None:
+    node, a, b = pods
+    want_a: dict[int, Desired] = {}
+    want_b: dict[int, Desired] = {}
+    async with pool(node, 53700, want_b) as pb:
+        wire(pb, want_b, 3, b.fd, 2, 53800)
+        async with pool(node, 53800, want_a, run_dir) as first:
+            wire(first, want_a, 2, a.fd, 3, 53700)
+            await wait_for(lambda: 2 in first.counters())
+        adopted = Adopted()
+        try:
+            async with pool(node, 53800, want_a, run_dir, adopted=adopted) as again:
+                (pid,) = again.pids().values()
+                command, fd = adopted.wires[2]
+                want_a[2] = Desired(command, fd, generation=1)
+                again.changed(2)
+
+                os.kill(pid, signal.SIGKILL)
+
+                await wait_for(lambda: again.restarts() == 1 and 2 in again.counters(), 30)
+                assert again.pids()[0] != pid
+                assert ping(a, b.address)
+        finally:
+            adopted.close()
