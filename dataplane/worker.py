@@ -89,7 +89,7 @@ class WorkerConfig:
     # Config `dataplane.run_dir`: where the worker waits for the next control process
     # (see the module doc). Empty: the worker exits with its control process.
     run_dir: str = ""
-    # Config `dataplane.cgroup_root` and `dataplane.worker_cgroup`: the cgroup v2
+    # Config `dataplane.cgroup_root` and `dataplane.worker_cgroup`: the cgroup
     # hierarchy and the cgroup in it the worker moves into. Empty cgroup: it stays.
     cgroup_root: str = "/sys/fs/cgroup"
     cgroup: str = ""

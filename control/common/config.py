@@ -163,12 +163,13 @@ class DataplaneConfig(_Section):
         default="",
         description="With run_dir: the cgroup (under cgroup_root) each worker moves into, so "
         "that a runtime stopping the daemon's container, which kills its cgroup, leaves the "
-        "workers running. Empty: they stay in the daemon's cgroup. Without cgroup v2 at "
-        "cgroup_root the workers log it and stay.",
+        "workers running. Empty: they stay in the daemon's cgroup. On cgroup v1 they join it in "
+        "every hierarchy; where they cannot, they log why and stay.",
     )
     cgroup_root: str = Field(
         default="/sys/fs/cgroup",
-        description="Where the host's cgroup v2 hierarchy is mounted, for worker_cgroup.",
+        description="Where the host's cgroup hierarchy is mounted (cgroup v2, or the folder of "
+        "the v1 hierarchies), for worker_cgroup.",
     )
     orphan_grace: float = Field(
         default=60.0,
