@@ -13,6 +13,9 @@ With `dataplane.run_dir` set, worker k listens on `<run_dir>/worker-<k>.sock`
   gone is success.
 - A socket with no listener behind it (its worker died) is stale: `connect`
   removes it and reports None.
+- Whoever holds a worker's socket can hand it TAPs and take its wires: the
+  directory is made this user's only, and a worker answers a process of its own
+  user only (`peer_uid`).
 """
 
 from __future__ import annotations
@@ -98,8 +101,17 @@ def indexes(directory: str) -> list[int]:
 
 def peer_pid(sock: socket.socket) -> int:
     """The pid of the process at the other end of a connected Unix socket."""
+    return _peer(sock)[0]
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix socket."""
+    return _peer(sock)[1]
+
+
+def _peer(sock: socket.socket) -> tuple[int, int]:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    return int.from_bytes(creds[:4], "little", signed=True)
+    return int.from_bytes(creds[:4], "little"), int.from_bytes(creds[4:8], "little")
 
 
 def start_time(pid: int) -> int | None:

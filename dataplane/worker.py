@@ -320,6 +320,10 @@ class Worker:
             sock, _ = self._door.accept()
         except (BlockingIOError, ConnectionAbortedError):
             return
+        if rundir.peer_uid(sock) != os.getuid():
+            log.warning("refused a control connection from another user")
+            sock.close()
+            return
         if self._control is not None:
             log.info("a new control process connected; leaving the last one")
         self._drop_control()

@@ -10,9 +10,11 @@ or an index it no longer has. Teardown stops every worker left in the directory.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -231,3 +233,31 @@ async def test_an_adopted_worker_that_dies_is_restarted_and_handed_its_wires(
                 assert ping(a, b.address)
         finally:
             adopted.close()
+
+
+async def test_a_process_of_another_user_gets_no_answer_from_a_worker(
+    pods: tuple[str, Pod, Pod], run_dir: str
+) -> None:
+    node, _, _ = pods
+    async with pool(node, 53900, {}, run_dir) as only:
+        (pid,) = only.pids().values()
+        # Opened up as a careless admin might: still no worker answers nobody.
+        os.chmod(run_dir, 0o711)
+        with rundir.short_path(run_dir, rundir.socket_name(0)) as path:
+            os.chmod(path, 0o777)
+        directory = os.open(run_dir, os.O_PATH)
+        code = (
+            "import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); "
+            f"s.connect('/proc/self/fd/{directory}/{rundir.socket_name(0)}'); "
+            "s.settimeout(20); print(len(s.recv(65536)))"
+        )
+        try:
+            child = await asyncio.create_subprocess_exec(
+                "/usr/bin/python3", "-c", code, user=65534, pass_fds=(directory,),
+                stdout=subprocess.PIPE,
+            )  # fmt: skip
+            heard = (await asyncio.wait_for(child.communicate(), 60))[0].decode()
+        finally:
+            os.close(directory)
+        assert heard.strip() == "0"  # closed at once, not a Hello
+        assert only.pids() == {0: pid}
