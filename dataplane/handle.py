@@ -68,8 +68,9 @@ class _Adopted:
             self._gone()
 
     async def wait(self) -> int:
-        if self.returncode is not None:
-            return self.returncode
+        """Its exit; -1 at once if it is gone or no longer followed (`forget`)."""
+        if self.returncode is not None or self._pidfd < 0:
+            return -1
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[None] = loop.create_future()
         loop.add_reader(self._pidfd, _settle, exited)
@@ -87,9 +88,15 @@ class _Adopted:
         self._signal(signal.SIGKILL)
 
     def _signal(self, sig: signal.Signals) -> None:
-        if self.returncode is None:
+        if self.returncode is None and self._pidfd >= 0:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self._pidfd, sig)
+
+    def forget(self) -> None:
+        """Stop following the process (it goes on running)."""
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
 
     def _gone(self) -> None:
         self.returncode = -1
@@ -235,6 +242,8 @@ class WorkerHandle:
     def detach(self) -> None:
         """Let the worker go on without this control process (it needs a run directory)."""
         self._close()
+        if isinstance(self._process, _Adopted):
+            self._process.forget()
 
     def _release(self) -> None:
         """Close the fds of wires handed over and not taken, and the connection."""
