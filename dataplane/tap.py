@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
+from meshwire.dataplane import defaults
 from meshwire.dataplane.netns_thread import call_in_netns
 
 TUNSETIFF = 0x400454CA
@@ -51,7 +52,7 @@ class TapError(OSError):
 @dataclass(frozen=True, slots=True)
 class TapSpec:
     name: str
-    mtu: int = 1500
+    mtu: int = defaults.MTU
     offloads: bool = True
 
 

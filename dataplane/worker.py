@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import uvloop
 
-from meshwire.dataplane import cgroup, fdpass, hostport, messages, preface, rundir
+from meshwire.dataplane import cgroup, defaults, fdpass, hostport, messages, preface, rundir
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.emulator import Pump
 from meshwire.dataplane.impairments import Params
@@ -72,15 +72,15 @@ class WorkerConfig:
     # 0: any free port; the one bound is reported in Ready.
     data_port: int = 0
     # Frames per gRPC message at most (config `dataplane.batch_frames`); 1 turns batching off.
-    batch_frames: int = 256
+    batch_frames: int = defaults.BATCH_FRAMES
     # Bytes per batch buffer: room for many MTU frames and a few 64 KiB TSO frames.
     batch_bytes: int = 1 << 20
-    report_interval: float = 1.0
+    report_interval: float = defaults.REPORT_INTERVAL
     id_limit: int = ID_LIMIT
     # The daemon's `log.level` and `log.format`, its node name, and this worker's
     # index among the node's workers (named in every log line).
-    log_level: str = "info"
-    log_format: LogFormat = "text"
+    log_level: str = defaults.LOG_LEVEL
+    log_format: LogFormat = defaults.LOG_FORMAT
     node: str = ""
     index: int = 0
     # The wire key file (config `auth.wire_key`): every connection, both ways, passes the
@@ -91,10 +91,10 @@ class WorkerConfig:
     run_dir: str = ""
     # Config `dataplane.cgroup_root` and `dataplane.worker_cgroup`: the cgroup
     # hierarchy and the cgroup in it the worker moves into. Empty cgroup: it stays.
-    cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_root: str = defaults.CGROUP_ROOT
     cgroup: str = ""
     # Config `dataplane.orphan_grace`: seconds without control and without wires to exit.
-    orphan_grace: float = 60.0
+    orphan_grace: float = defaults.ORPHAN_GRACE
 
 
 # Bumped when a worker of older code could not serve a newer control process.

@@ -16,6 +16,8 @@
 # uid 0 in name order, and bytecode is hash-checked (SOURCE_DATE_EPOCH), so the same inputs
 # give the same layer.
 #
+# OUT.tar is rebuilt only when its inputs changed (their digest is kept in OUT.tar.inputs).
+#
 # Usage: bash scripts/image.sh [OUT.tar]      -> prints OUT.tar and the image's reference
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,23 @@ BUILD_PKGS=(gcc libc6-dev libffi-dev libnghttp2-dev python3-dev)
 # The folders deploy/Dockerfile copies.
 SOURCES=(pyproject.toml setup.py README.md control dataplane proto cext scripts)
 T0=$(date +%s)
+
+# -- the image is rebuilt only when what goes into it changed -------------------------------
+# OUT.inputs records the digest of the sources, this script, the packages and the tag.
+inputs_digest() {
+  { echo "$REF $SUITE $RUNTIME_PKGS ${BUILD_PKGS[*]}"
+    git ls-files -z -co --exclude-standard -- "${SOURCES[@]}" scripts/image.sh scripts/mkimage.py \
+      | sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -d' ' -f1
+}
+DIGEST=$(inputs_digest)
+if [[ -s $OUT && $(cat "$OUT.inputs" 2>/dev/null) == "$DIGEST" ]]; then
+  log "$REF up to date in $OUT"
+  echo "$OUT $REF"
+  exit 0
+fi
+
+rm -f "$OUT.inputs"
 
 export DEBIAN_FRONTEND=noninteractive
 command -v debootstrap >/dev/null || { apt-get install -y -qq debootstrap >/dev/null || { apt-get update -qq; apt-get install -y -qq debootstrap >/dev/null; }; }
@@ -122,5 +141,6 @@ mkdir -p "$(dirname "$OUT")"
   --env PYTHONUNBUFFERED=1 \
   --workdir /opt/meshwire \
   --cmd meshwire daemon --config /etc/meshwire/config.yaml
+echo "$DIGEST" >"$OUT.inputs"
 log "$REF in $(( $(date +%s) - T0 ))s"
 echo "$OUT $REF"

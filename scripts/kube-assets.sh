@@ -41,6 +41,14 @@ if works; then
   echo "$BIN"
   exit 0
 fi
+# One build at a time per cache (parallel test workers may all ask): the others wait, then reuse it.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+if works; then
+  echo "$BIN"
+  exit 0
+fi
 
 T0=$(date +%s)
 export DEBIAN_FRONTEND=noninteractive

@@ -81,6 +81,31 @@ def topology(
     return obj
 
 
+class Recorder:
+    """A `Reflector`'s handler that records what it is handed, by object name:
+    `list ['r1', 'r2']`, `ADDED r3`, `DELETED r1`."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        # Called with each entry as it is logged: a test may stop the reflector there.
+        self.on_entry: Callable[[str], None] | None = None
+
+    def listed(self, items: list[Any]) -> None:
+        self._add(f"list {sorted(i['metadata']['name'] for i in items)}")
+
+    def changed(self, event_type: str, obj: Any) -> None:
+        self._add(f"{event_type} {obj['metadata']['name']}")
+
+    def _add(self, entry: str) -> None:
+        self.log.append(entry)
+        if self.on_entry is not None:
+            self.on_entry(entry)
+
+    def take(self) -> list[str]:
+        out, self.log = self.log, []
+        return out
+
+
 class RecordingSink(TableSink):
     """A `TableSink` that also logs each write the informer makes."""
 

@@ -1,4 +1,5 @@
-"""Shared pieces of the `meshwire lab` tests: a unique lab, a lab file, stand-in components.
+"""Shared pieces of the `meshwire lab` tests: a unique lab, a lab file, stand-in components,
+`lab exec` run in the test's process.
 
 `StubRuntime` replaces the parts of meshwire a lab runs (API, apply, daemon,
 CNI shim) with tiny real processes, so the lab's own mechanics (namespaces,
@@ -10,9 +11,11 @@ its node namespace answering /readyz, the CNI shim `true` (or `false` to make
 
 from __future__ import annotations
 
+import os
 import secrets
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,3 +148,26 @@ def pid_alive(pid: int) -> bool:
 def in_ns(netns: str, *cmd: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "meshwire.control.lab.nsexec", netns, "--", *cmd]
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+
+
+def lab_exec(lab: Lab, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`meshwire lab exec` run in this process (an interpreter start the less), its output
+    and errors caught at the file descriptors, which the command in the pod writes to."""
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            rc = command.main(["exec", "--name", lab.name, "--dir", str(lab.directory), *argv])
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(argv, rc, out.read().decode(), err.read().decode())

@@ -1,4 +1,4 @@
-"""A pod's plumbing_error follows its link rows' statuses, driven by the status writes.
+"""A pod's plumbing_error follows its link rows' statuses and its wires' handshakes.
 
 The publisher (daemon/plumbing_error.py) watches the links table's statuses:
 there is no timer, so a status write reaches the status writer within a few
@@ -17,11 +17,19 @@ from informer_helpers import wait_until
 from links_helpers import veth_row
 from reconciler_helpers import NODE, Scenario
 from slot_helpers import HashedSlots
+from wire_helpers import NS, grpc_row, wire_nodes
 
 from meshwire.control.daemon.plumbing_error import PlumbingErrors
 from meshwire.control.model.topology import Topology, TopologyStatus
 from meshwire.control.reconcile.desired import DesiredLinks
-from meshwire.control.tables.links import POD_INDEX, LinksTable, LinkStatus, State, new_links_table
+from meshwire.control.tables.links import (
+    POD_INDEX,
+    LinksTable,
+    LinkStatus,
+    State,
+    new_links_table,
+    pods_of,
+)
 from meshwire.control.tables.topologies import TopologyTable
 
 # Event loop turns a write may take to reach the status writer: the watcher marks
@@ -177,3 +185,39 @@ async def test_a_link_error_reaches_plumbing_error_and_its_repair_clears_it() ->
         await asyncio.gather(task, return_exceptions=True)
         publisher.close()
         await daemon.stop()
+
+
+async def test_a_handshake_that_fails_after_its_row_is_done_reaches_plumbing_error() -> None:
+    # r1's end of a wire is realised (its row done) while the peer node does not
+    # answer: nothing writes the row's status again, the handshake alone fails.
+    with wire_nodes("a", "b") as (network, (a, b)):
+        topologies, links = TopologyTable(), new_links_table()
+        placed = TopologyStatus(src_ip=a.ip, net_ns="/run/netns/r1")
+        topologies.upsert(Topology(NS, "r1", status=placed))
+        desired = DesiredLinks(topologies, links, NODE, HashedSlots())
+        api = Api(topologies)
+        publisher = PlumbingErrors(a.ip, topologies, links, desired, api.set, a.manager.problems)
+        a.manager.on_problem = lambda row: publisher.mark(pods_of(row))
+        task = asyncio.create_task(publisher.run())
+        try:
+            row = grpc_row(1, "r1", "r2", b.ip)
+            links.upsert(row.key, row)
+            links.set_status(row.key, LinkStatus(State.DONE))
+            a.attach(row)
+            network.down.add(b.ip)
+
+            await a.handshake(b)
+            [problem] = a.manager.problems({row.key})
+            assert b.ip in problem
+            assert await turns(lambda: api.writes == [(f"{NS}/r1", problem)]), api.writes
+
+            network.down.discard(b.ip)
+            b.attach(grpc_row(1, "r2", "r1", a.ip))
+            await a.handshake(b)
+            assert a.manager.ready(row.key)
+            assert await turns(lambda: api.writes[-1:] == [(f"{NS}/r1", "")]), api.writes
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            publisher.close()
+            desired.close()

@@ -1,9 +1,11 @@
-"""No cycle between the packages of meshwire.control (docs/design.md §8).
+"""The packages of meshwire import each other in docs/design.md §8's layers, with no cycle.
 
 Every import statement of the product code (control/ and dataplane/), read with
 `ast`, becomes an edge between the packages of the importing and the imported
 module; `dataplane` is one package, each subpackage of `control` is one. A cycle
-in that graph fails the test and names the packages on it.
+in that graph fails the test and names the packages on it; so does an edge to
+a higher layer than its own (`LAYERS`, in §8's order), and a package §8 does not
+place.
 """
 
 from __future__ import annotations
@@ -15,6 +17,17 @@ from pathlib import Path
 from tests.paths import REPO
 
 ROOTS = ("control", "dataplane")
+# docs/design.md §8's layers, lowest first: a package imports from its own layer
+# and the ones below only. `control` is control/'s top-level modules (cli.py).
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"dataplane", "proto"}),
+    frozenset({"control.common"}),
+    frozenset({"control.model", "control.tables"}),
+    frozenset({"control.informer", "control.links", "control.auth"}),
+    frozenset({"control.reconcile", "control.wire"}),
+    frozenset({"control.daemon", "control.api", "control.cni", "control.lab", "control.graph",
+               "control.client", "control"}),
+)  # fmt: skip
 
 
 def package_of(module: str) -> str | None:
@@ -114,6 +127,34 @@ def test_no_cycle_between_packages() -> None:
 
 def test_common_imports_no_other_layer() -> None:
     assert package_graph()["control.common"] <= {"dataplane"}
+
+
+def layer_of(package: str) -> int | None:
+    return next((i for i, layer in enumerate(LAYERS) if package in layer), None)
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a package by one in a lower layer, or of or by a package no layer
+    holds, as `importer -> imported`."""
+    out = []
+    for source, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            low, high = layer_of(target), layer_of(source)
+            if low is None or high is None or low > high:
+                out.append(f"{source} -> {target}")
+    return out
+
+
+def test_packages_import_only_their_own_layer_and_those_below() -> None:
+    graph = package_graph()
+    packages = set(graph) | {p for targets in graph.values() for p in targets}
+    assert {p for p in packages if layer_of(p) is None} == set(), "place it in §8 and LAYERS"
+    assert upward(graph) == []
+
+
+def test_an_upward_import_and_an_unplaced_package_are_found() -> None:
+    graph = {"control.tables": {"control.reconcile", "control.model"}, "control.x": {"dataplane"}}
+    assert upward(graph) == ["control.tables -> control.reconcile", "control.x -> dataplane"]
 
 
 def test_a_cycle_is_found() -> None:

@@ -29,8 +29,11 @@ from kubernetes.aio.client import ApiClient
 from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
+from meshwire.control.informer.reflector import Reflector
+from meshwire.control.informer.sources import Namespace
 from tests.informer_helpers import (
     Cluster,
+    Recorder,
     RecordingSink,
     running,
     topology,
@@ -221,3 +224,45 @@ async def test_watches_ending_are_resumed_without_replays(kube: ControlPlane) ->
         await api.close()
         uninstall_crd(admin_api)
         admin_api.close()
+
+
+async def test_the_reflector_alone_relists_after_a_compaction_and_stops(
+    plane: ControlPlane, api: ApiClient, tmp_path: Path
+) -> None:
+    # The uninstall watch's resource: one namespace, by name, absent at first.
+    name = unique("mw-refl")
+    gate = Gate(plane.host, (plane.host, plane.port))
+    await gate.open()
+    config = plane.admin_kubeconfig_for(tmp_path / "gated", f"https://{plane.host}:{gate.port}")
+    gated = await make_api_client("", str(config))
+    recorder = Recorder()
+    reflector = Reflector(
+        Namespace(gated, name),
+        recorder,
+        request_timeout=OPTIONS.request_timeout,
+        watch_timeout=OPTIONS.watch_timeout,
+        backoff=OPTIONS.backoff,
+    )
+    task = asyncio.create_task(reflector.run())
+    try:
+        await wait_for(lambda: recorder.log == ["list []"], "the first list")
+        await gate.close()
+        await wait_for(lambda: reflector.stats.reconnects > 0, "a failure, waited out")
+        admin_api = admin(plane)
+        try:
+            await asyncio.to_thread(create_namespace, admin_api, name)
+        finally:
+            admin_api.close()
+        await asyncio.to_thread(plane.compact)
+        await gate.open()
+        # Resumed from a compacted resourceVersion: a 410, and the relist finds it.
+        await wait_for(lambda: recorder.log[-1:] == [f"list [{name!r}]"], "the relist")
+        assert reflector.stats.relists == 1
+
+        reflector.stop()
+        await asyncio.wait_for(task, WAIT)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await gated.close()
+        await gate.close()

@@ -63,3 +63,32 @@ def test_down_with_the_server_unreachable_keeps_the_lab_directory_and_can_be_rep
         assert lab.run("down") == 0
         assert topologies(admin(kube), "default") == {}
         assert not lab.directory.exists()
+
+
+def test_up_right_after_down_names_the_namespace_still_terminating_then_works(
+    kube: ControlPlane, crd: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # This control plane runs no namespace controller: `down`'s deletion of the
+    # `meshwire` namespace never finishes by itself, as on KNE's test clusters.
+    api = admin(kube)
+    finish_namespace_deletion(api, "meshwire")  # an earlier lab's `down`, finished
+    with unique_lab(tmp_path, (MESHNET / "3node.yml").read_text()) as lab:
+        argv = ("up", str(lab.file), "--nodes", "2", "--kubeconfig", str(kube.admin_kubeconfig))
+        assert lab.run(*argv) == 0
+        assert lab.run("down") == 0
+        capsys.readouterr()
+
+        assert lab.run(*argv) == 1
+        err = capsys.readouterr().err
+        assert "namespace meshwire has been terminating" in err
+        assert "/api/v1/namespaces/meshwire/finalize" in err
+        assert "404" not in err
+        assert not lab.directory.exists()  # it stopped before making anything
+
+        finish_namespace_deletion(api, "meshwire")
+        assert lab.run(*argv) == 0
+        capsys.readouterr()
+        assert lab.run("check") == 0, capsys.readouterr().out
+        assert lab.run("down") == 0
+    finish_namespace_deletion(api, "meshwire")
+    api.close()

@@ -240,6 +240,42 @@ def test_a_daemon_killed_and_restarted_reattaches_its_taps_without_recreating_th
     assert {pod: ifindex(lab, pod, "eth1") for pod in ("r1", "r2")} == before
 
 
+def plumbing_error(lab: Lab, capsys: pytest.CaptureFixture[str], pod: str) -> str:
+    """`pod`'s plumbing_error, as `lab status` reads it from the API."""
+    capsys.readouterr()
+    assert lab.run("status", "--json") == 0
+    pods = json.loads(capsys.readouterr().out)["pods"]
+    (error,) = (p["plumbing_error"] for p in pods if p["pod"] == f"default/{pod}")
+    return str(error)
+
+
+def test_a_wire_whose_peer_node_does_not_answer_is_named_in_plumbing_error_until_it_does(
+    grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lab = grpc_lab("3node.yml", 2)
+    check(lab, capsys)
+    processes = json.loads((lab.directory / "state.json").read_text())["processes"]
+    (daemon,) = (p["pid"] for p in processes if p["role"] == "daemon/node2")
+
+    # node2's daemon frozen, node1's restarted: it attaches r1's TAP again (the row is
+    # done), and its handshake with node2 for r1's link to r2 fails.
+    os.killpg(daemon, signal.SIGSTOP)
+    try:
+        assert lab.run("kill-daemon", "node1") == 0
+        deadline = time.monotonic() + 60
+        while "link default/1: peer node" not in (error := plumbing_error(lab, capsys, "r1")):
+            assert time.monotonic() < deadline, f"r1's plumbing_error: {error!r}"
+            time.sleep(0.5)
+    finally:
+        os.killpg(daemon, signal.SIGCONT)
+
+    deadline = time.monotonic() + 60
+    while error := plumbing_error(lab, capsys, "r1"):
+        assert time.monotonic() < deadline, f"r1's plumbing_error stayed: {error!r}"
+        time.sleep(0.5)
+    check(lab, capsys)
+
+
 @pytest.mark.parametrize("seconds", [3, 25])
 def test_a_node_cut_off_the_network_and_plugged_back_gets_its_wires_back_as_they_were(
     grpc_lab: Callable[..., Lab], capsys: pytest.CaptureFixture[str], seconds: int

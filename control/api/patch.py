@@ -16,10 +16,7 @@ import copy
 from typing import Any
 
 from meshwire.control.api import errors
-
-MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+from meshwire.control.common.media import JSON_PATCH, MERGE_PATCH
 
 
 def apply(content_type: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from meshwire.dataplane import defaults as dataplane_defaults
 from meshwire.dataplane import hostport
 
 ENV_PREFIX = "MESHWIRE_"
@@ -142,7 +143,7 @@ class DataplaneConfig(_Section):
         "read carries up to 64 KiB of TCP instead of one MTU.",
     )
     batch_frames: int = Field(
-        default=256,
+        default=dataplane_defaults.BATCH_FRAMES,
         ge=1,
         le=1024,
         description="Frames per gRPC message at most; 1 is KNE's one-frame-per-message "
@@ -167,12 +168,12 @@ class DataplaneConfig(_Section):
         "every hierarchy; where they cannot, they log why and stay.",
     )
     cgroup_root: str = Field(
-        default="/sys/fs/cgroup",
+        default=dataplane_defaults.CGROUP_ROOT,
         description="Where the host's cgroup hierarchy is mounted (cgroup v2, or the folder of "
         "the v1 hierarchies), for worker_cgroup.",
     )
     orphan_grace: float = Field(
-        default=60.0,
+        default=dataplane_defaults.ORPHAN_GRACE,
         gt=0,
         description="With run_dir: a worker with no daemon for this many seconds exits once it "
         "holds no link; one holding links goes on carrying them until a daemon adopts it "
@@ -258,10 +259,12 @@ class VxlanConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="Log level, of control and of its dataplane workers alike."
+        default=dataplane_defaults.LOG_LEVEL,
+        description="Log level, of control and of its dataplane workers alike.",
     )
     format: Literal["json", "text"] = Field(
-        default="json", description="Structured JSON lines, or text for a terminal."
+        default=dataplane_defaults.LOG_FORMAT,
+        description="Structured JSON lines, or text for a terminal.",
     )
 
 
@@ -282,7 +285,7 @@ class Config(_Section):
         "VXLAN, or the userspace gRPC wire.",
     )
     mtu: int = Field(
-        default=1500,
+        default=dataplane_defaults.MTU,
         ge=68,
         le=65535,
         description="MTU of every link meshwire creates (meshnet #54); 9000 for jumbo.",

@@ -69,7 +69,7 @@ from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import prune
 from meshwire.control.reconcile.reconciler import LinkReconciler
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
-from meshwire.control.tables.links import LinkKind, new_links_table
+from meshwire.control.tables.links import LinkKind, new_links_table, pods_of
 from meshwire.control.tables.topologies import TopologyTable
 from meshwire.control.wire.metrics import WireCollector
 from meshwire.control.wire.stack import WireStack
@@ -217,6 +217,9 @@ class Daemon:
             self.status.set,
             self._wire_problems,
         )
+        # A handshake that fails or recovers after its row is done changes the pod's
+        # plumbing_error with no status write on the row: the manager says so.
+        self.wire.manager.on_problem = lambda row: self.plumbing.mark(pods_of(row))
         self._write_denied = lambda: status.denied
         self.slots.view_healthy = lambda: not informer.stats.last_error
         self.metrics.attach(

@@ -2,7 +2,7 @@
 
 Two loops, both started by `run`:
 
-- follow: list `idallocations` and watch from the list's resourceVersion, so
+- follow: a `Reflector` over `idallocations` (list, then watch), so
   `slot_of` answers from the object as the API holds it (a slot another node
   claimed arrives here by the watch). `synced` is set after the first list,
   found object or not. A namespace whose slot appears, changes or goes is
@@ -24,9 +24,9 @@ What a caller may rely on:
   that cannot get one (every slot held) gets a message instead, which its
   links report; it is claimed again whenever the object or the Topologies
   change.
-- Failures are logged, retried with backoff (one retry loop serves both) and
-  kept in `last_error`; they never raise out of `run`, which returns only by
-  cancellation.
+- Failures are logged, retried with backoff (the reflector's, and the same
+  policy for writes) and kept in `last_error`; they never raise out of `run`,
+  which returns only by cancellation.
 """
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
 
 from meshwire.control.common import slots
+from meshwire.control.common.config import ApiConfig, default
 from meshwire.control.common.ids import Slot
 from meshwire.control.common.retries import Backoff, BackoffPolicy, Clock
 from meshwire.control.common.waits import first
 from meshwire.control.informer.failure import describe
-from meshwire.control.informer.informer import RECONNECT
+from meshwire.control.informer.reflector import RECONNECT, Reflector
+from meshwire.control.informer.sources import CustomObjects
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
@@ -61,10 +63,6 @@ NOT_SERVED = (
 )
 
 
-class _Expired(Exception):
-    """The watch's resourceVersion is compacted away (410): list again."""
-
-
 class SlotKeeper:
     def __init__(
         self,
@@ -73,8 +71,8 @@ class SlotKeeper:
         vni_base: int,
         on_change: Callable[[set[str]], None],
         namespace: str = "",
-        request_timeout: float = 30.0,
-        watch_timeout: int = 300,
+        request_timeout: float = default(ApiConfig, "request_timeout"),
+        watch_timeout: int = default(ApiConfig, "watch_timeout"),
         release_grace: float = RELEASE_GRACE,
         view_healthy: Callable[[], bool] = lambda: True,
         backoff: BackoffPolicy | None = None,
@@ -93,8 +91,10 @@ class SlotKeeper:
         self._clock = clock
         self._policy = backoff or RECONNECT
         self.synced = asyncio.Event()
-        # Why the last read or write failed; "" once one succeeds.
-        self.last_error = ""
+        # Why the last write failed; "" once one succeeds.
+        self._write_error = ""
+        # Follows the object; made by `run`, which is handed the API client.
+        self._reflector: Reflector | None = None
         # The object as last read or written; its slots are what slot_of answers.
         self._allocation = slots.Allocation()
         # Namespace -> why it has no slot (every slot held); cleared when it gets one.
@@ -118,11 +118,26 @@ class SlotKeeper:
     def allocation(self) -> slots.Allocation:
         return self._allocation
 
+    @property
+    def last_error(self) -> str:
+        """Why reading (else writing) the object last failed; "" when neither does."""
+        reading = self._reflector.stats.last_error if self._reflector is not None else ""
+        return reading or self._write_error
+
     # -- run ------------------------------------------------------------------
 
     async def run(self, api: ApiClient) -> None:
         self._objects = CustomObjectsApi(api)
-        follow = asyncio.create_task(self._follow(), name="slots-follow")
+        self._reflector = Reflector(
+            CustomObjects(api, slots.GROUP, slots.VERSION, slots.PLURAL),
+            self,
+            request_timeout=self.request_timeout,
+            watch_timeout=self.watch_timeout,
+            backoff=self._policy,
+            not_found=NOT_SERVED,
+            clock=self._clock,
+        )
+        follow = asyncio.create_task(self._reflector.run(), name="slots-follow")
         try:
             await self._keep()
         finally:
@@ -130,75 +145,20 @@ class SlotKeeper:
             with contextlib.suppress(asyncio.CancelledError):
                 await follow
 
-    # -- follow: the object, as the API holds it ---------------------------------
+    # -- follow: the object, as the API holds it (the reflector's handler) --------
 
-    async def _follow(self) -> None:
-        resume: str | None = None
-
-        async def step(backoff: Backoff) -> None:
-            nonlocal resume
-            try:
-                if resume is None:
-                    resume = await self._list()
-                    backoff.healthy()
-                resume = await self._watch(resume)
-            except _Expired:
-                resume = None
-
-        await self._retrying("reading", step)
-
-    async def _list(self) -> str:
-        assert self._objects is not None
-        listed = _as_dict(
-            await self._objects.list_cluster_custom_object(
-                slots.GROUP, slots.VERSION, slots.PLURAL, _request_timeout=self.request_timeout
-            )
-        )
-        found = [i for i in listed.get("items") or [] if _name(i) == slots.NAME]
+    def listed(self, items: list[Any]) -> None:
+        found = [i for i in items if isinstance(i, dict) and _name(i) == slots.NAME]
         self._adopt(found[0] if found else None, force=True)
-        self.last_error = ""
         self.synced.set()
-        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
-    async def _watch(self, resource_version: str) -> str:
-        """Follows one watch until the server ends it; returns where to resume."""
-        assert self._objects is not None
-        response = await self._objects.list_cluster_custom_object_without_preload_content(
-            slots.GROUP,
-            slots.VERSION,
-            slots.PLURAL,
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=resource_version or None,
-            timeout_seconds=self.watch_timeout,
-            _request_timeout=float(self.watch_timeout + self.request_timeout),
-        )
-        try:
-            if response.status == 410:
-                raise _Expired
-            if response.status != 200:
-                body = await response.text()
-                raise ApiException(status=response.status, reason=response.reason, body=body)
-            while line := await response.content.readline():
-                if line.strip():
-                    resource_version = self._handle(json.loads(line)) or resource_version
-        finally:
-            response.close()
-        return resource_version
-
-    def _handle(self, event: dict[str, Any]) -> str:
-        kind, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
-            return ""
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise _Expired
-            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-        if kind in ("ADDED", "MODIFIED") and _name(obj) == slots.NAME:
-            self._adopt(obj)
-        elif kind == "DELETED" and _name(obj) == slots.NAME:
+    def changed(self, event_type: str, obj: Any) -> None:
+        if not isinstance(obj, dict) or _name(obj) != slots.NAME:
+            return
+        if event_type == "DELETED":
             self._adopt(None, force=True)
-        return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        else:
+            self._adopt(obj)
 
     def _adopt(self, obj: dict[str, Any] | None, *, force: bool = False) -> None:
         """Take `obj` as the allocation unless it is older than the one held."""
@@ -232,25 +192,24 @@ class SlotKeeper:
             self._retry_exhausted = True
 
         try:
-            await self._retrying("writing", step)
+            await self._retrying(step)
         finally:
             tracker.close()
 
-    async def _retrying(self, doing: str, step: Callable[[Backoff], Awaitable[None]]) -> None:
+    async def _retrying(self, step: Callable[[Backoff], Awaitable[None]]) -> None:
         """Run `step(backoff)` over and over, until cancelled; a failure is kept in
-        `last_error`, logged as `doing` failed, and waited out with the backoff."""
+        `last_error`, logged, and waited out with the backoff."""
         backoff = Backoff(self._policy, self._clock)
         while True:
             try:
                 await step(backoff)
             except Exception as err:
-                self.last_error = describe(err, not_found=NOT_SERVED)
+                self._write_error = describe(err, not_found=NOT_SERVED)
                 delay = backoff.next_delay()
                 log.warning(
-                    "%s: %s failed: %s; retrying in %.1fs",
+                    "%s: writing failed: %s; retrying in %.1fs",
                     slots.PLURAL,
-                    doing,
-                    self.last_error,
+                    self._write_error,
                     delay,
                 )
                 await asyncio.sleep(delay)
@@ -308,6 +267,7 @@ class SlotKeeper:
             if newly:
                 self._on_change(newly)
             if result.slots == dict(allocation.slots):
+                self._write_error = ""
                 self._adopt(current, force=current is None)
                 return
             body = slots.render(allocation, result.slots)
@@ -336,7 +296,7 @@ class SlotKeeper:
             claimed = sorted(result.slots.keys() - allocation.slots.keys())
             freed = sorted(allocation.slots.keys() - result.slots.keys())
             log.info("%s: claimed %s, freed %s", slots.PLURAL, claimed or "-", freed or "-")
-            self.last_error = ""
+            self._write_error = ""
             self._adopt(_as_dict(written))
             return
 

@@ -17,29 +17,30 @@ uninstall is done): the daemon reconciles nothing before, so a daemon restarted
 while its namespace goes never acts on Topologies being deleted.
 
 Runs only when `cni.deployment_namespace` and `cni.conf_dir` are set (deploy/ sets
-them). API failures are logged, retried with backoff and kept in
-`last_error`; an uninstall that fails (a config the daemon cannot write) is logged
-and retried the same way. `run` returns only by cancellation (once the shim is out,
+them). The namespace is followed by a `Reflector` (list, then watch): API
+failures are logged, retried with its backoff and kept in `last_error`; an
+uninstall that fails (a config the daemon cannot write) is logged and retried
+with the same policy. `run` returns only by cancellation (once the shim is out,
 it idles: the daemon keeps serving the links it has until its pod goes).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kubernetes.aio.client.exceptions import ApiException
-
 from meshwire.control.cni.uninstall import unchain_configs
+from meshwire.control.common.config import ApiConfig, default
 from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.informer.failure import describe
+from meshwire.control.informer.reflector import Reflector
+from meshwire.control.informer.sources import Namespace
 
 if TYPE_CHECKING:
-    from kubernetes.aio.client import ApiClient, CoreV1Api
+    from kubernetes.aio.client import ApiClient
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,8 @@ class UninstallWatch:
         on_uninstall: Callable[[], None],
         *,
         policy: BackoffPolicy | None = None,
-        request_timeout: float = 30.0,
-        watch_timeout: int = 300,
+        request_timeout: float = default(ApiConfig, "request_timeout"),
+        watch_timeout: int = default(ApiConfig, "watch_timeout"),
     ) -> None:
         self.namespace = namespace
         self.conf_dir = Path(conf_dir)
@@ -61,84 +62,77 @@ class UninstallWatch:
         self.policy = policy or BackoffPolicy()
         self.request_timeout = request_timeout
         self.watch_timeout = watch_timeout
-        self.last_error = ""
         self.uninstalled = asyncio.Event()
         self.checked = asyncio.Event()
+        # Why the namespace is going ("gone", "being deleted"); "" while it is not.
+        self._going = ""
+        # Why the last uninstall failed; "" when none did.
+        self._uninstall_error = ""
+        self._reflector: Reflector | None = None
+
+    @property
+    def last_error(self) -> str:
+        """Why reading the namespace, or the uninstall, last failed; "" when neither does."""
+        reading = self._reflector.stats.last_error if self._reflector is not None else ""
+        return self._uninstall_error or reading
 
     async def run(self, api: ApiClient) -> None:
-        # Imported here, not with the module: the client's core API module takes 0.3-0.45 s
-        # to import, which every daemon paid at start, though only deploy/ runs this watch.
-        from kubernetes.aio.client import CoreV1Api
-
-        core = CoreV1Api(api)
+        self._reflector = Reflector(
+            Namespace(api, self.namespace),
+            self,
+            request_timeout=self.request_timeout,
+            watch_timeout=self.watch_timeout,
+            backoff=self.policy,
+        )
+        await self._reflector.run()  # returns once the namespace is going
         backoff = Backoff(self.policy)
         while not self.uninstalled.is_set():
             try:
-                resume = await self._list(core)
-                backoff.healthy()
-                while resume and not self.uninstalled.is_set():
-                    resume = await self._watch(core, resume)
-            except Exception as err:  # the API's, the network's, the config files'
-                self.last_error = describe(err)
+                await self._uninstall()
+            except Exception as err:  # the config files'
+                self._uninstall_error = describe(err)
                 delay = backoff.next_delay()
                 log.warning(
-                    "namespace %s: watching for meshwire's removal failed: %s; retrying in %.1fs",
-                    self.namespace, self.last_error, delay,
+                    "namespace %s is %s, but taking the shim out failed: %s; retrying in %.1fs",
+                    self.namespace, self._going, self._uninstall_error, delay,
                 )  # fmt: skip
                 await asyncio.sleep(delay)
         await asyncio.get_running_loop().create_future()
 
-    async def _list(self, core: CoreV1Api) -> str:
-        listed = await core.list_namespace(
-            field_selector=f"metadata.name={self.namespace}",
-            _request_timeout=self.request_timeout,
-        )
-        items = listed.items or []
-        if not items or (items[0].metadata and items[0].metadata.deletion_timestamp):
-            await self._uninstall("gone" if not items else "being deleted")
-            return ""
-        self.last_error = ""
-        self.checked.set()
-        return str((listed.metadata and listed.metadata.resource_version) or "")
+    # -- the reflector's handler --------------------------------------------------
 
-    async def _watch(self, core: CoreV1Api, resource_version: str) -> str:
-        """Follows one watch until the server ends it; returns where to resume ("" to list)."""
-        response = await core.list_namespace_without_preload_content(
-            field_selector=f"metadata.name={self.namespace}",
-            watch=True,
-            resource_version=resource_version,
-            timeout_seconds=self.watch_timeout,
-            _request_timeout=float(self.watch_timeout + self.request_timeout),
-        )
-        try:
-            if response.status == 410:
-                return ""
-            if response.status != 200:
-                raise ApiException(status=response.status, reason=await response.text())
-            while line := await response.content.readline():
-                if not line.strip():
-                    continue
-                event: dict[str, Any] = json.loads(line)
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    return ""  # expired or refused: a list says which
-                metadata = obj.get("metadata") or {}
-                if event.get("type") == "DELETED" or metadata.get("deletionTimestamp"):
-                    await self._uninstall("being deleted")
-                    return ""
-                resource_version = str(metadata.get("resourceVersion") or resource_version)
-        finally:
-            response.close()
-        return resource_version
+    def listed(self, items: list[Any]) -> None:
+        if not items:
+            self._gone("gone")
+        elif _deleting(items[0]):
+            self._gone("being deleted")
+        else:
+            self.checked.set()
 
-    async def _uninstall(self, why: str) -> None:
-        self.on_uninstall()
+    def changed(self, event_type: str, obj: Any) -> None:
+        if event_type == "DELETED" or _deleting(obj):
+            self._gone("being deleted")
+
+    def _gone(self, why: str) -> None:
+        """Hold every link now; the shim is taken out once the reflector stopped."""
+        if not self._going:
+            self._going = why
+            self.on_uninstall()
+        assert self._reflector is not None
+        self._reflector.stop()
+
+    async def _uninstall(self) -> None:
         done = await asyncio.to_thread(unchain_configs, self.conf_dir)
         self.uninstalled.set()
         self.checked.set()
-        self.last_error = ""
+        self._uninstall_error = ""
         log.warning(
             "namespace %s is %s: meshwire changes no link from now on, and its shim is out "
             "of the CNI chain (%s); links stay",
-            self.namespace, why, "; ".join(f"{p}: {a}" for p, a in done) or "not in it",
+            self.namespace, self._going, "; ".join(f"{p}: {a}" for p, a in done) or "not in it",
         )  # fmt: skip
+
+
+def _deleting(obj: Any) -> bool:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    return isinstance(metadata, dict) and bool(metadata.get("deletionTimestamp"))

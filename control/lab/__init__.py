@@ -3,6 +3,7 @@
     meshwire lab up FILE [--nodes N] [--placement FILE] [--config FILE] [--name NAME] [--dir DIR]
     meshwire lab status [--json] | check | restart-pod POD | move-pod POD NODE
     meshwire lab kill-daemon NODE | down
+    meshwire lab exec [-i] [-t] POD [--] CMD... | logs POD [-f]
 
 What `up` builds, all named `mwl<name>-...` so nothing else is touched:
 
@@ -29,7 +30,10 @@ What `up` builds, all named `mwl<name>-...` so nothing else is touched:
   address, API URL and CNI socket (`daemons.py`).
 - per pod, a namespace, placed round robin in file order or by `--placement`
   (`placement.py`), then CNI ADD through the real shim, as a runtime does
-  (`pods.py`, `cni.py`).
+  (`pods.py`, `cni.py`); once its links are up, its holder (hostname, private
+  /tmp, /var/tmp and /run, binds, PID namespace: `holder.py`), and the lab file's `cmd`
+  and `exec` for it (`software.py`); `lab exec` and `lab logs` reach into it
+  (`podexec.py`).
 
 `down` stops the processes by PID, deletes the namespaces and the directory,
 idempotently, also after a crash in `up` (`down.py`).

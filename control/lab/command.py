@@ -3,7 +3,9 @@
 Every command finds its lab by `--name` (default `lab`) under
 /run/meshwire-lab, or by `--dir` when `up` was given one. Errors are printed
 as `meshwire lab: <what>` with exit status 1; `check` exits 1 when a link fails
-(a skipped link, one that nothing wires, does not fail it).
+(a skipped link, one that nothing wires, does not fail it); `exec` exits with
+its command's status. Options go before `exec`'s POD: what follows it is the
+command.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 from meshwire.control.client import capture
-from meshwire.control.lab import emulate
+from meshwire.control.lab import emulate, podexec
 from meshwire.control.lab.check import check_all, tally
 from meshwire.control.lab.down import down
 from meshwire.control.lab.errors import LabError
@@ -82,7 +84,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("end", metavar="POD:INTF")
     for flag, field in emulate.FLAGS.items():
         unit = field.rpartition("_")[2].replace("pct", "%").replace("mbps", "Mbit/s")
-        p.add_argument(f"--{flag}", type=float, metavar=unit.upper(), help=f"{field} ({unit})")
+        # argparse expands %-formats in help: a literal % is written %%.
+        text = f"{field} ({unit})".replace("%", "%%")
+        p.add_argument(f"--{flag}", type=float, metavar=unit.upper(), help=text)
     p.add_argument("--clear", action="store_true", help="remove every impairment of the end")
     p = command("link", "pull (down) or plug back (up) the cable of a link")
     p.add_argument("end", metavar="POD:INTF")
@@ -90,6 +94,14 @@ def parser() -> argparse.ArgumentParser:
     p = command("capture", "an end's frames as pcap, from inside its pod")
     p.add_argument("end", metavar="POD:INTF")
     capture.add_options(p)
+    p = command("exec", "run a command in a pod, as docker exec does")
+    p.add_argument("-i", "--interactive", action="store_true", help="pass stdin to the command")
+    p.add_argument("-t", "--tty", action="store_true", help="run it on a terminal")
+    p.add_argument("pod")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="[--] CMD ...")
+    p = command("logs", "the output of a pod's cmd")
+    p.add_argument("pod")
+    p.add_argument("-f", "--follow", action="store_true", help="go on until the cmd ends")
     command("down", "remove everything the lab made")
     # Listed for --help; `meshwire lab graph` is dispatched to control/graph/command.py.
     command("graph", "a picture of the lab (.svg .dot .mmd .json), or a live page (--serve)")
@@ -152,6 +164,11 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
             print(result.line())
         print(tally(results))
         return 1 if any(not r.ok for r in results) else 0
+    if args.command == "exec":
+        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        return podexec.exec_in_pod(state, args.pod, argv, args.interactive, args.tty)
+    if args.command == "logs":
+        return podexec.show_logs(lab, state, args.pod, args.follow)
     if args.command == "restart-pod":
         print(restart_pod(lab, state, chosen, args.pod, args.wait))
     elif args.command == "move-pod":

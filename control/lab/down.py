@@ -3,10 +3,12 @@
 Idempotent, and safe after a crash at any point of `up`: it works from the
 state file (which names everything before it exists) and also deletes any
 namespace carrying the lab's prefix, so a namespace created after the last
-state write still goes. Processes are stopped first (daemons would otherwise
+state write still goes. Processes are stopped first, the pods' own (their
+holders and `cmd`s, together) before the lab's (daemons would otherwise
 react to their pods vanishing), then the dataplane workers the daemons left
-running in their run directories (they outlive a daemon), then namespaces (interfaces inside them go
-with them; the lab puts none in the host's namespace), then the directory.
+running in their run directories (they outlive a daemon), then namespaces
+(interfaces inside them go with them; the lab puts none in the host's
+namespace), then the directory.
 Without a state file there are no PIDs to stop: only prefixed namespaces and
 an empty lab directory are removed.
 
@@ -21,9 +23,10 @@ the server answers.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from meshwire.control.lab import netns, processes
+from meshwire.control.lab import netns, processes, software
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.state import LabDir, LabState
@@ -46,10 +49,17 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
     state = lab.load() if lab.exists() else None
     left = ""
     if state is not None:
-        for record in reversed(state.processes):
-            running = processes.is_running(record)
+        # The pods' processes first, all at once: each pod's holder takes its pod's
+        # processes with it, and one by one a big lab would wait on each in turn.
+        pods = [r for r in reversed(state.processes) if software.is_pod_process(r)]
+        rest = [r for r in reversed(state.processes) if not software.is_pod_process(r)]
+        running = {id(r) for r in state.processes if processes.is_running(r)}
+        with ThreadPoolExecutor(max_workers=software.PARALLEL) as pool:
+            list(pool.map(processes.stop, pods))
+        for record in rest:
             processes.stop(record)  # also sweeps a group whose leader is gone
-            if running:
+        for record in [*pods, *rest]:
+            if id(record) in running:
                 removed.append(f"process {record.role} (pid {record.pid})")
         for node in state.nodes:
             for pid in rundir.stop_all(str(lab.worker_dir(node))):

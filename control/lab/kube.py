@@ -26,7 +26,9 @@ user's kubeconfig names (its current context). `up`, through `KubeLab`:
 
 `down` deletes the lab's Topology objects and then what `up` recorded. A
 namespace's deletion completes only where a namespace controller runs
-(kube-controller-manager), as on any cluster.
+(kube-controller-manager), as on any cluster; an `up` that finds one of its
+namespaces still being deleted waits for it to go (`NAMESPACE_TIMEOUT`) and
+makes it again, or stops naming it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,16 @@ CRD_READY_TIMEOUT = 30.0
 TOKEN_SECONDS = 86400
 # Every call of `up` and `down` gives up after this long (s).
 REQUEST_TIMEOUT = 30.0
+# How long (s) `up` waits for a namespace still being deleted to go: a namespace
+# controller deletes a lab's emptied namespace within seconds; one deleted longer
+# ago than this is not going (no controller, or an object it cannot delete).
+NAMESPACE_TIMEOUT = 60.0
+# How often (s) `up` reads such a namespace again.
+NAMESPACE_POLL = 0.5
+# A namespace controller writes a deleted namespace's status.conditions (what is
+# left in it) at its first pass, well within this many seconds: a namespace
+# deleted longer ago with none is one no controller finishes.
+UNTOUCHED_GRACE = 10.0
 CRD_HINT = "install a Topology CRD first: kubectl apply -f deploy/crd.yaml"
 
 # Kinds of the objects `up` creates, as recorded in the state file ("kind/ns/name",
@@ -75,9 +87,10 @@ CRD = "customresourcedefinition"
 class KubeLab:
     """The user's API server, as their kubeconfig reaches it."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, namespace_timeout: float = NAMESPACE_TIMEOUT) -> None:
         """Raises LabError for a kubeconfig that cannot be loaded or names no usable server."""
         self.kubeconfig = kubeconfig
+        self.namespace_timeout = namespace_timeout
         configuration = client.Configuration()
         try:
             config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -130,24 +143,36 @@ class KubeLab:
                 ) from None
             raise LabError(f"API server {self.server}: {describe(exc)}") from None
 
-    def prepare(self, namespaces: list[str], record: Callable[[str], None]) -> None:
+    def await_namespaces(
+        self, namespaces: list[str], note: Callable[[str], None] = lambda message: None
+    ) -> None:
+        """Wait until none of the namespaces `prepare` needs is being deleted, as
+        `prepare` would (it raises the same LabError), before anything is made."""
+        core: Any = client.CoreV1Api(self.api)
+        for name in _namespaces(namespaces, _rbac_objects()):
+            self._settled(core, name, note)
+
+    def prepare(
+        self,
+        namespaces: list[str],
+        record: Callable[[str], None],
+        note: Callable[[str], None] = lambda message: None,
+    ) -> None:
         """Create the namespaces and deploy/rbac.yaml's objects that are missing; `record`
-        is called with each one's name ("kind/..."), and saves it, before it is made."""
+        is called with each one's name ("kind/..."), and saves it, before it is made.
+
+        A namespace still being deleted (a `down` just before) is waited for, and made
+        again once gone; `note` says so once. Raises LabError naming it, and saying
+        what to do, when no namespace controller has touched it `UNTOUCHED_GRACE`
+        seconds after its deletion began, or when its deletion has not finished within
+        `namespace_timeout` (at once if it began longer ago than that)."""
         manifests = _rbac_objects()
-        wanted = sorted({*namespaces, *(o["metadata"]["namespace"] for o in manifests
-                                        if o["kind"] == "ServiceAccount")})  # fmt: skip
         # The client's own types want its model classes; plain dicts are what it sends.
         core: Any = client.CoreV1Api(self.api)
         rbac: Any = client.RbacAuthorizationV1Api(self.api)
         timeout = REQUEST_TIMEOUT
-        for name in wanted:
-            self._create(
-                f"{NAMESPACE}/{name}",
-                partial(core.read_namespace, name, _request_timeout=timeout),
-                partial(core.create_namespace, {"metadata": {"name": name}},
-                        _request_timeout=timeout),
-                record,
-            )  # fmt: skip
+        for name in _namespaces(namespaces, manifests):
+            self._namespace(core, name, record, note)
         self._create_id_crd(record)
         for obj in manifests:
             meta = obj["metadata"]
@@ -176,6 +201,66 @@ class KubeLab:
                     partial(rbac.create_cluster_role_binding, obj, _request_timeout=timeout),
                     record,
                 )  # fmt: skip
+
+    def _namespace(
+        self, core: Any, name: str, record: Callable[[str], None], note: Callable[[str], None]
+    ) -> None:
+        """Make namespace `name` unless it is there and not being deleted (see `prepare`)."""
+        recorded = False
+        while not self._settled(core, name, note):
+            if not recorded:
+                record(f"{NAMESPACE}/{name}")
+                recorded = True
+            if self._made(partial(core.create_namespace, {"metadata": {"name": name}},
+                                  _request_timeout=REQUEST_TIMEOUT), name):  # fmt: skip
+                return
+            # Made meanwhile by someone else: read it again.
+
+    def _settled(self, core: Any, name: str, note: Callable[[str], None]) -> bool:
+        """Whether namespace `name` exists, once it is not being deleted (see `prepare`)."""
+        started = time.monotonic()
+        told = False
+        while True:
+            try:
+                current = self._call(
+                    partial(core.read_namespace, name, _request_timeout=REQUEST_TIMEOUT)
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise LabError(
+                    f"API server {self.server}: {NAMESPACE}/{name}: {describe(exc)}"
+                ) from None
+            since = current.metadata.deletion_timestamp
+            if since is None:
+                return True
+            # The server's clock dates the deletion; ours bounds the wait, whatever the skew.
+            waited = time.monotonic() - started
+            deleting_for = max(waited, time.time() - since.timestamp())
+            untouched = not (current.status and current.status.conditions)
+            if untouched and deleting_for >= UNTOUCHED_GRACE:
+                raise LabError(_untouched(self.server, name, deleting_for))
+            if deleting_for > self.namespace_timeout or waited >= self.namespace_timeout:
+                raise LabError(_terminating(self.server, name, deleting_for))
+            if not told:
+                note(
+                    f"namespace {name} is still being deleted: waiting up to "
+                    f"{self.namespace_timeout:.0f} s for it to go, to make it again"
+                )
+                told = True
+            time.sleep(NAMESPACE_POLL)
+
+    def _made(self, create: Callable[[], object], name: str) -> bool:
+        """Whether `create()` made namespace `name` (False: it exists, made meanwhile)."""
+        try:
+            self._call(create)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise LabError(
+                f"API server {self.server}: {NAMESPACE}/{name}: {describe(exc)}"
+            ) from None
+        return True
 
     def _create_id_crd(self, record: Callable[[str], None]) -> None:
         """The IdAllocation CRD if missing, waited for until its objects are served."""
@@ -323,6 +408,33 @@ class KubeLab:
             return call()
         except (HTTPError, OSError) as exc:
             raise LabError(f"cannot reach the API server {self.server}: {exc}") from None
+
+
+def _namespaces(namespaces: list[str], manifests: list[dict[str, Any]]) -> list[str]:
+    """The lab's namespaces and those of deploy/rbac.yaml's ServiceAccounts, sorted."""
+    accounts = (o["metadata"]["namespace"] for o in manifests if o["kind"] == "ServiceAccount")
+    return sorted({*namespaces, *accounts})
+
+
+def _terminating(server: str, name: str, deleting_for: float) -> str:
+    """What to do about namespace `name`, being deleted for `deleting_for` seconds."""
+    return (
+        f"API server {server}: namespace {name} has been terminating for "
+        f"{deleting_for:.0f} s and is not gone yet: the namespace controller cannot "
+        f"delete something in it. `kubectl get namespace {name} -o yaml` says what "
+        f"(status.conditions); once it is gone, run `meshwire lab up` again."
+    )
+
+
+def _untouched(server: str, name: str, deleting_for: float) -> str:
+    """What to do about namespace `name`, deleted `deleting_for` seconds ago, untouched."""
+    return (
+        f"API server {server}: namespace {name} has been terminating for "
+        f"{deleting_for:.0f} s and no namespace controller is finishing it (its status "
+        f"has no conditions): this control plane runs no kube-controller-manager. Finish "
+        f"the deletion yourself, by an empty spec.finalizers through "
+        f"/api/v1/namespaces/{name}/finalize, or start one; then run `meshwire lab up` again."
+    )
 
 
 def _delete_one(core: Any, rbac: Any, kind: str, rest: str) -> object:

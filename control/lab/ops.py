@@ -4,7 +4,8 @@ dies, the API server restarts, a node drops off the network for a while.
 Each operation records its effect in the state file as it goes, so `down`
 stays exact. A pod operation returns once every link of the pod is up at both
 ends (bounded by its `wait`), so the next command meets a wired pod.
-Without daemons (`up --no-daemon`) the pod operations only redo the namespaces.
+Without daemons (`up --no-daemon`) the pod operations only redo the namespaces
+and the pod's processes. `kill-daemon` and `kill-api` touch no pod's process.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import signal
 import time
 
-from meshwire.control.lab import nodes, pods, processes
+from meshwire.control.lab import nodes, pods, processes, software
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.links import lab_links, topologies_of
 from meshwire.control.lab.names import LabNames
@@ -32,13 +33,16 @@ PLACEMENT_POLL = 0.01
 def restart_pod(
     lab: LabDir, state: LabState, runtime: Runtime, name: str, wait: float = LINKS_TIMEOUT
 ) -> str:
-    """CNI DEL, a new namespace, CNI ADD with a new container id, on the same node."""
+    """The pod's processes stopped, CNI DEL, a new namespace, CNI ADD with a new container
+    id, on the same node; then its processes started again and its `exec` run."""
     pod = state.pod(name)
     shim = runtime.cni_argv() if state.with_daemons else None
+    software.stop(lab, state, pod)
     pods.detach(lab, state, pod, shim)
     pods.recreate_netns(lab, state, pod)
     pods.attach(lab, state, pod, shim)
     _wait_pod_links(lab, state, pod, wait)
+    _start_software(lab, state, pod)
     return f"pod {pod.key} restarted on {pod.node} (container {pod.container_id[:12]})"
 
 
@@ -50,18 +54,25 @@ def move_pod(
     node: str,
     wait: float = LINKS_TIMEOUT,
 ) -> str:
-    """CNI DEL on the pod's node, then a new namespace and CNI ADD on `node`."""
+    """As `restart_pod`, with the CNI DEL on the pod's node and the ADD on `node`."""
     pod = state.pod(name)
     if node not in state.nodes:
         raise LabError(f"lab {state.name}: node {node!r} is not one of {', '.join(state.nodes)}")
     shim = runtime.cni_argv() if state.with_daemons else None
     old = pod.node
+    software.stop(lab, state, pod)
     pods.detach(lab, state, pod, shim)
     pod.node = node
     pods.recreate_netns(lab, state, pod)
     pods.attach(lab, state, pod, shim)
     _wait_pod_links(lab, state, pod, wait)
+    _start_software(lab, state, pod)
     return f"pod {pod.key} moved from {old} to {node}"
+
+
+def _start_software(lab: LabDir, state: LabState, pod: PodRecord) -> None:
+    software.start(lab, state, pod)
+    software.run_exec(lab, state, pod)
 
 
 def _wait_pod_links(lab: LabDir, state: LabState, pod: PodRecord, wait: float) -> None:

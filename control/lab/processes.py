@@ -27,12 +27,25 @@ def is_running(record: ProcessRecord) -> bool:
     return start_time(record.pid) == record.start_time
 
 
-def start(role: str, argv: list[str], log: Path) -> ProcessRecord:
-    """Spawn `argv` in its own session with stdout and stderr appended to `log`."""
+def start(
+    role: str,
+    argv: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    pass_fds: tuple[int, ...] = (),
+) -> ProcessRecord:
+    """Spawn `argv` in its own session with stdout and stderr appended to `log`; `env`
+    None: this process's environment; `pass_fds` stay open in the child."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env=env,
+            pass_fds=pass_fds,
         )
     started = start_time(proc.pid)
     # A process that died at once is recorded with start time 0: nothing to stop,
@@ -101,3 +114,12 @@ def _reap(pid: int) -> None:
     # init does, and waitpid says it is not our child.
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def log_tail(log: Path) -> str:
+    """The last three lines of a process's log, on one line: what an error shows of it."""
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(lines[-3:]) or "(empty log)"

@@ -13,6 +13,7 @@ and every `meshwire lab` command finds it from any working directory; where
     nodes/<node>/config.yaml, nodes/<node>/cni.sock, nodes/<node>/sandboxes/
     auth/                 the lab's CA, CA key and wire key (`meshwire certs init`)
     logs/<role>.log       stdout and stderr of every process the lab started
+    pods/<ns>.<pod>/      files the lab file writes into a pod (KNE config files)
 
 Write-ahead rule: a namespace is recorded *before* it is created, and a
 process right after it is spawned (before anything waits on it), so a crash
@@ -99,6 +100,9 @@ class LabState:
     processes: list[ProcessRecord] = field(default_factory=list)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
+    # What each pod runs (model/podspec.py `PodSpec.to_dict`), by pod key; a pod that
+    # runs nothing is not here. Fixed for the lab's life.
+    software: dict[str, dict[str, Any]] = field(default_factory=dict)
     complete: bool = False
 
     @property

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from meshwire.control.client.text_table import table
-from meshwire.control.lab import processes
+from meshwire.control.lab import processes, software
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.kernel import Ends
@@ -125,6 +125,7 @@ def gather(state: LabState, names: LabNames) -> dict[str, Any]:
                 "src_ip": status.get("src_ip", ""),
                 "plumbing_error": status.get("plumbing_error", ""),
                 "link_rebuilds": status.get("link_rebuilds", ""),
+                "processes": software.process_states(state, pod),
             }
         )
     errors = {p["pod"]: p["plumbing_error"] for p in pods if p["plumbing_error"]}
@@ -196,7 +197,10 @@ def render(status: dict[str, Any]) -> str:
         )
         for n in status["nodes"]
     ]
-    pods = [(p["pod"], p["node"], p["netns"], p["src_ip"] or "-") for p in status["pods"]]
+    pods = [
+        (p["pod"], p["node"], p["netns"], p["src_ip"] or "-", _processes_text(p["processes"]))
+        for p in status["pods"]
+    ]
     links = [
         (k["link"], k["kind"], k["state"], _end_text(k["a"]), _end_text(k["b"]))
         for k in status["links"]
@@ -206,10 +210,15 @@ def render(status: dict[str, Any]) -> str:
             f"lab {status['lab']}: API {where} "
             + ("reachable" if api["reachable"] else "UNREACHABLE"),
             table("nodes", ("node", "ip", "daemon pid", "daemon"), nodes),
-            table("pods", ("pod", "node", "netns", "src_ip"), pods),
+            table("pods", ("pod", "node", "netns", "src_ip", "processes"), pods),
             table("links", ("link", "kind", "state", "a (mac rx/tx)", "b (mac rx/tx)"), links),
         ]
     )
+
+
+def _processes_text(states: dict[str, str]) -> str:
+    """`pod running, cmd exited`: the pod's holder and its cmd."""
+    return ", ".join(f"{what} {state}" for what, state in states.items()) or "-"
 
 
 def _end_text(end: dict[str, Any]) -> str:

@@ -9,7 +9,9 @@ nodes, their daemons and every pod's namespace; then a wait until each daemon
 answers /readyz with 200 and the apply has ended; then CNI ADD of the pods on
 their nodes, several at once as a runtime starting many pods does; and finally
 a bounded wait until every end of every wired link exists in its pod and is up
-with carrier (a gRPC wire's TAP has carrier once both nodes joined it). Any failure
+with carrier (a gRPC wire's TAP has carrier once both nodes joined it); then
+each pod's holder (its hostname, files and PID namespace), its `cmd`, and its
+`exec` commands in order (software.py). Any failure
 raises LabError and leaves the state file complete enough for `lab down`.
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshwire.control.auth import certs
-from meshwire.control.lab import daemons, nodes, pods, processes, relay
+from meshwire.control.lab import daemons, nodes, pods, processes, relay, software
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.cni import MARGIN
 from meshwire.control.lab.errors import LabError
@@ -46,6 +48,8 @@ from meshwire.control.lab.progress import Progress
 from meshwire.control.lab.runtime import Runtime
 from meshwire.control.lab.state import LabDir, LabState, NodeRecord, ProcessRecord
 from meshwire.control.lab.status import api_statuses
+from meshwire.control.model.labfile import LoadError
+from meshwire.control.model.podspec import PodSoftware, load_software
 from meshwire.control.model.topology import Topology
 from meshwire.dataplane import hostport
 
@@ -96,6 +100,12 @@ def _read_and_up(
     topologies = runtime.load(options.file)
     if not topologies:
         raise LabError(f"lab file {options.file}: no Topology objects")
+    try:
+        programs = load_software(options.file)
+    except LoadError as exc:
+        raise LabError(f"lab file {exc}") from None
+    for warning in [*programs.warnings, *_without_pod(programs, topologies)]:
+        progress.note(warning)
     node_names = [names.node_name(i) for i in range(1, options.nodes + 1)]
     wanted = load_placement(options.placement) if options.placement else {}
     placement = place([t.key for t in topologies], node_names, wanted)
@@ -108,8 +118,8 @@ def _read_and_up(
     try:
         if kube is not None:
             kube.check_crd()
-        return _up(options, runtime, progress, names, topologies, node_names, placement, base,
-                   kube, forks)  # fmt: skip
+        return _up(options, runtime, progress, names, topologies, programs, node_names,
+                   placement, base, kube, forks)  # fmt: skip
     finally:
         if kube is not None:
             kube.close()
@@ -121,12 +131,16 @@ def _up(
     progress: Progress,
     names: LabNames,
     topologies: list[Topology],
+    programs: PodSoftware,
     node_names: list[str],
     placement: dict[str, str],
     base: dict[str, object],
     kube: KubeLab | None,
     forks: ForkServer | None,
 ) -> LabState:
+    if kube is not None:
+        # A `down` just before may still be deleting them: wait before making anything.
+        kube.await_namespaces(sorted({t.namespace for t in topologies}), progress.note)
     lab = LabDir.locate(options.name, options.directory)
     lab.create()
     state = LabState(
@@ -138,6 +152,9 @@ def _up(
         inter_node_link_type=str(base.get("inter_node_link_type", "vxlan")),
         kubeconfig=str(options.kubeconfig.resolve()) if options.kubeconfig else "",
         kube_server=kube.server if kube is not None else "",
+        software={
+            t.key: programs.specs[t.name].to_dict() for t in topologies if t.name in programs.specs
+        },
     )
     lab.save(state)
     # The lab's own cluster credentials (control/auth/certs.py): each node's daemon
@@ -147,7 +164,7 @@ def _up(
     copy.parent.mkdir(exist_ok=True)
     shutil.copyfile(options.file, copy)
     daemon_steps = options.nodes if runtime.with_daemons else 0
-    progress.begin(4 + options.nodes + daemon_steps + 1 + len(topologies) + 1)
+    progress.begin(4 + options.nodes + daemon_steps + 1 + len(topologies) + 2)
 
     progress.step(f"hub {names.hub_netns}, bridge {names.bridge} {HUB_IP}")
     state.netns.append(names.hub_netns)
@@ -167,7 +184,7 @@ def _up(
             state.kube_created.append(entry)
             lab.save(state)
 
-        kube.prepare(sorted({t.namespace for t in topologies}), record)
+        kube.prepare(sorted({t.namespace for t in topologies}), record, progress.note)
         progress.step("apply topology")
         applying = Apply(runtime, lab.topologies_file, kubeconfig=kube.kubeconfig)
 
@@ -204,10 +221,24 @@ def _up(
     if runtime.with_daemons and options.wait > 0:
         links = lab_links(topologies, placement, state.inter_node_link_type)
         wait_links(state, names, links, options.wait)
+    progress.step("pods' hostnames, files and software")
+    software.start_all(lab, state, records)
+    for pod in records:
+        software.run_exec(lab, state, pod)
     state.complete = True
     lab.save(state)
     progress.end()
     return state
+
+
+def _without_pod(programs: PodSoftware, topologies: list[Topology]) -> list[str]:
+    """A note for each node that gives software but is no pod (it has no link)."""
+    pods = {t.name for t in topologies}
+    return [
+        f"node {name} has no link, so no pod: what it runs is not run"
+        for name in programs.specs
+        if name not in pods
+    ]
 
 
 def _free_port() -> int:
@@ -227,15 +258,7 @@ def _spawn(lab: LabDir, state: LabState, role: str, argv: list[str]) -> ProcessR
 def _died(record: ProcessRecord) -> str | None:
     if processes.is_running(record):
         return None
-    return f"{record.role} exited; see {record.log}: {_tail(Path(record.log))}"
-
-
-def _tail(log: Path) -> str:
-    try:
-        lines = log.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no log)"
-    return " | ".join(lines[-3:]) or "(empty log)"
+    return f"{record.role} exited; see {record.log}: {processes.log_tail(Path(record.log))}"
 
 
 def start_api(lab: LabDir, state: LabState, names: LabNames, runtime: Runtime) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ..common.config import VxlanConfig, default
 from ..tables.links import LinkRow
 from . import iface, rtnl
 from .announce import Announcer
@@ -33,7 +34,7 @@ from .names import BUILD_GROUP, Mark, Role, temp_name
 from .netns import CURRENT, netlink, open_netns
 
 KIND = "vxlan"
-VXLAN_PORT = 4789
+VXLAN_PORT: int = default(VxlanConfig, "port")
 MAX_VNI = 2**24 - 1
 
 

@@ -9,7 +9,8 @@ Read: `name`, `topology.nodes` (a mapping of node name to node) and
   and `- type: macvlan` with `endpoint: {node: r1, interface: eth1}` and
   `host-interface: eth0`; a link's `mtu` becomes the link's `mtu`.
 
-Everything else (kinds, images, `vars`, `defaults`, `groups`) is ignored.
+What the nodes run (`cmd`, `exec`, `binds`, `env`) is read by `podspec.py`,
+which also reports every other node field (images, vendor kinds) as not run.
 The lab's `name` is the namespace unless the caller gives one. Links to the
 host network namespace (`host:`, `mgmt-net:`, `type: host`), to bridge nodes
 and other link types have no meshnet equivalent and are an error naming the

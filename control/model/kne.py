@@ -2,8 +2,10 @@
 
 Read: `name`, each `nodes { name: "r1" ... }` and each
 `links { a_node: "r1" a_int: "eth1" z_node: "r2" z_int: "eth1" }`. Every
-other field, at any depth, is skipped unread (vendors, configs, services,
-interfaces), so KNE's own protobufs are not needed. The YAML and JSON forms
+other field, at any depth, is skipped here (vendors, configs, services,
+interfaces), so KNE's own protobufs are not needed; what a node runs
+(`config.command`, `args`, `env`, config files) is read by `podspec.py`,
+which reports the fields not run. The YAML and JSON forms
 use the same field names; JSON may also use protojson's `aNode` spelling.
 
 As in KNE, every link end must be on a declared node and an interface takes

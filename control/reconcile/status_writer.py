@@ -49,7 +49,8 @@ from typing import Any, Protocol, cast
 from kubernetes.aio.client import ApiClient, ApiException, CustomObjectsApi
 
 from meshwire.control.common.clock import Clock, MonotonicClock
-from meshwire.control.common.config import ReconcileConfig, default
+from meshwire.control.common.config import ApiConfig, ReconcileConfig, default
+from meshwire.control.common.media import MERGE_PATCH
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff, RateLimiter, TokenBucket
 from meshwire.control.informer.failure import describe
@@ -76,9 +77,7 @@ DEFAULT_WRITE_RATE: float = default(ReconcileConfig, "status_rate")
 DEFAULT_WRITE_BURST = 100
 DEFAULT_WRITERS = 4
 # A half-open connection must not hold a writer forever; the write is retried.
-DEFAULT_REQUEST_TIMEOUT = 10.0
-
-MERGE_PATCH = "application/merge-patch+json"
+DEFAULT_REQUEST_TIMEOUT: float = default(ApiConfig, "request_timeout")
 
 
 class StatusNotFound(Exception):

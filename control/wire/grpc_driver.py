@@ -21,6 +21,7 @@ import os
 from contextlib import ExitStack
 from typing import Any
 
+from meshwire.control.common.config import Config, default
 from meshwire.control.links import iface
 from meshwire.control.links.errors import LinkError, blame
 from meshwire.control.links.lifecycle import Placement, claim, create_and_place, delete_end
@@ -79,7 +80,7 @@ class GrpcDriver:
             delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
 
     def _spec(self, row: LinkRow, name: str) -> TapSpec:
-        return TapSpec(name, row.mtu or 1500, self._offloads)
+        return TapSpec(name, row.mtu or default(Config, "mtu"), self._offloads)
 
     def _create(self, row: LinkRow, mark: Mark, ns: Netns, ipr: Any) -> tuple[int, iface.Iface]:
         """A new marked TAP in `ns` (`ipr` talks to it) as `local.intf`: its fd, and it."""

@@ -134,6 +134,10 @@ class WireManager:
         announce: Callable[[End], None] = announce_soon,
     ) -> None:
         self.node_ip = node_ip
+        # Told the row of every wire whose `problem` changed (set or cleared), on the
+        # event loop, after the change: what publishes the pods' plumbing_error
+        # listens here, as `problems` alone is read only when a pod is recomputed.
+        self.on_problem: Callable[[LinkRow], None] = lambda row: None
         self.announce = announce
         self.offloads = offloads
         self.slots = slots
@@ -278,6 +282,8 @@ class WireManager:
         self._lose_far(wire)
         with contextlib.suppress(OSError):
             os.close(wire.fd)
+        if wire.problem:  # gone with its wire
+            self.on_problem(wire.row)
 
     # -- what the worker pool reads ---------------------------------------------
 
@@ -306,12 +312,12 @@ class WireManager:
             return  # the wire went or moved while the call was out: its own pass follows
         wire.verify = False
         if answer.error:
-            wire.problem = "" if answer.pending else answer.error
+            self._set_problem(wire, "" if answer.pending else answer.error)
             if wire.far is not None:
                 log.info("wire %s: node %s no longer has its end: %s", key, node_ip, answer.error)
                 self._lose_far(wire, goodbye=False)
             return
-        wire.problem = ""
+        self._set_problem(wire, "")
         self._join(wire, FarEnd(node_ip, answer.data_port, answer.wire_id))
 
     def unreachable(self, node_ip: str, keys: Iterable[str], why: str) -> None:
@@ -319,7 +325,7 @@ class WireManager:
         for key in keys:
             wire = self._wires.get(key)
             if wire is not None and wire.row.peer_node_ip == node_ip:
-                wire.problem = f"peer node {node_ip}: {why}"
+                self._set_problem(wire, f"peer node {node_ip}: {why}")
                 wire.verify = False
 
     def needs_handshake(self, node_ip: str) -> bool:
@@ -385,7 +391,7 @@ class WireManager:
                     meshwire_pb2.WireAnswer(end=end, error=verdict.error, pending=verdict.pending)
                 )
                 continue
-            wire.problem = ""
+            self._set_problem(wire, "")
             wire.verify = False
             self._join(wire, FarEnd(caller_ip, one.data_port, one.wire_id))
             answers.append(
@@ -406,6 +412,11 @@ class WireManager:
             log.info("wire %s: node %s removed its end", wire.row.key, caller_ip)
             self._lose_far(wire, goodbye=False)
             self.nodes.add_rate_limited(caller_ip)
+
+    def _set_problem(self, wire: Wire, problem: str) -> None:
+        if wire.problem != problem:
+            wire.problem = problem
+            self.on_problem(wire.row)
 
     # -- observation ------------------------------------------------------------
 

@@ -36,9 +36,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from meshwire.control.common.config import DataplaneConfig, LogConfig, default
 from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.wire.manager import Desired
-from meshwire.dataplane import rundir
+from meshwire.dataplane import defaults, rundir
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.handle import WorkerError, WorkerHandle
 from meshwire.dataplane.logs import LogFormat
@@ -57,22 +58,22 @@ class PoolSettings:
     count: int
     listen_host: str
     port_base: int
-    batch_frames: int = 256
-    report_interval: float = 1.0
+    batch_frames: int = default(DataplaneConfig, "batch_frames")
+    report_interval: float = defaults.REPORT_INTERVAL
     # Netns the workers serve in; empty: control's own (the node's).
     netns: str = ""
     # How workers log (the daemon's `log` section) and the node they name.
-    log_level: str = "info"
-    log_format: LogFormat = "text"
+    log_level: str = default(LogConfig, "level")
+    log_format: LogFormat = defaults.LOG_FORMAT
     node: str = ""
     # The workers' wire key file (config `auth.wire_key`); empty: streams unauthenticated.
     wire_key: str = ""
     # Config `dataplane.run_dir`, `cgroup_root`, `worker_cgroup`, `orphan_grace`
     # (dataplane/worker.py); empty run_dir: the workers stop with control.
     run_dir: str = ""
-    cgroup_root: str = "/sys/fs/cgroup"
+    cgroup_root: str = default(DataplaneConfig, "cgroup_root")
     cgroup: str = ""
-    orphan_grace: float = 60.0
+    orphan_grace: float = default(DataplaneConfig, "orphan_grace")
 
 
 @dataclass(eq=False)
