@@ -5,6 +5,10 @@ Each message is one SOCK_SEQPACKET datagram of compact JSON with a "type" key.
 other message with none. Control sends AddWire/RemoveWire; the worker answers
 each with a WireAck, in order, and sends Ready once and reports periodically.
 A report of many wires is split into WireReport chunks, the last one marked.
+
+A control process that connects to a running worker (adoption, see
+dataplane/rundir.py) is sent Hello, then one AddWire per wire the worker holds
+(with a duplicate of its TAP fd, and the `note` control gave it), then Ready.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ class AddWire:
     # (model/emulation.py's fields); (): none, the frames go straight to the stream.
     impairments: tuple[float, ...] = ()
     local: bool = False
+    # Control's own words on the wire, kept by the worker unread and handed back
+    # to the control process that adopts it.
+    note: str = ""
 
 
 IMPAIRMENT_FIELDS = (
@@ -66,6 +73,16 @@ class RemoveWire:
 @dataclass(frozen=True, slots=True)
 class Ready:
     data_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """The first message to a control process that connected to a running worker:
+    which process it is (pid and start time) and the config it runs (`generation`)."""
+
+    pid: int
+    start_time: int
+    generation: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +122,13 @@ class WireReport:
     last: bool
 
 
-Message = AddWire | RemoveWire | Ready | WireAck | StreamReport | WireReport
+Message = AddWire | RemoveWire | Ready | Hello | WireAck | StreamReport | WireReport
 
 _TYPES: dict[type[Any], str] = {
     AddWire: "add_wire",
     RemoveWire: "remove_wire",
     Ready: "ready",
+    Hello: "hello",
     WireAck: "wire_ack",
     StreamReport: "stream_report",
     WireReport: "wire_report",
@@ -167,11 +185,14 @@ def decode(data: bytes) -> Message:
                 r.u32("peer_wire_id"),
                 r.impairments("impairments"),
                 r.flag("local", False),
+                r.text("note", ""),
             )
         case "remove_wire":
             return RemoveWire(r.u32("wire_id"))
         case "ready":
             return Ready(r.port("data_port"))
+        case "hello":
+            return Hello(r.count("pid"), r.count("start_time"), r.text("generation"))
         case "wire_ack":
             return WireAck(r.u32("wire_id"), r.text("error"))
         case "stream_report":
@@ -228,8 +249,8 @@ class _Reader:
             raise MessageError(f"{self._kind}.{field}: expected {kind.__name__}, got {value!r}")
         return value
 
-    def text(self, field: str) -> str:
-        value: str = self._get(field, str)
+    def text(self, field: str, absent: str | None = None) -> str:
+        value: str = self._get(field, str, absent)
         return value
 
     def flag(self, field: str, absent: bool | None = None) -> bool:

@@ -16,27 +16,39 @@ once both are added, each end's frames go from its TAP through its emulator
 (its impairments, emulator.py) straight into the other end's TAP, with no
 stream and no socket. Both speak
 gRPC over HTTP/2 in C (libnghttp2), so no frame passes through Python and the
-worker loads no gRPC library. It exits on SIGTERM or SIGINT, or when control's
-end of the socket closes; the TAPs stay, since control keeps its own fds and
-the TAPs are persistent.
+worker loads no gRPC library. It exits on SIGTERM or SIGINT; the TAPs stay,
+since they are persistent.
+
+Without `run_dir` the worker is its control process's: it exits when control's
+end of the socket closes. With `run_dir` it outlives control (non-stop
+forwarding): control spawns it in a session of its own, it moves itself into
+`cgroup` under `cgroup_root` if set (cgroup.py), and it listens on its socket in
+`run_dir` (rundir.py) for the next control process, which it tells who it is
+(Hello: pid, start time, `generation` of its config) and every wire it holds
+(an AddWire with the TAP fd, as control sent it), then Ready. The last control
+to connect is the one it answers. A worker with no control process and no wire
+for `orphan_grace` seconds exits: one with wires goes on carrying them.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
 import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass
 
 import uvloop
 
-from meshwire.dataplane import defaults, fdpass, hostport, messages, preface
+from meshwire.dataplane import cgroup, defaults, fdpass, hostport, messages, preface, rundir
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.emulator import Pump
 from meshwire.dataplane.impairments import Params
@@ -80,6 +92,25 @@ class WorkerConfig:
     wire_encrypt: bool = True
     # Seconds an accepted connection has to pass the preface (`auth.wire_preface_timeout`).
     preface_timeout: float = preface.TIMEOUT
+    # Config `dataplane.run_dir`: where the worker waits for the next control process
+    # (see the module doc). Empty: the worker exits with its control process.
+    run_dir: str = ""
+    # Config `dataplane.cgroup_root` and `dataplane.worker_cgroup`: the cgroup
+    # hierarchy and the cgroup in it the worker moves into. Empty cgroup: it stays.
+    cgroup_root: str = defaults.CGROUP_ROOT
+    cgroup: str = ""
+    # Config `dataplane.orphan_grace`: seconds without control and without wires to exit.
+    orphan_grace: float = defaults.ORPHAN_GRACE
+
+
+# Bumped when a worker of older code could not serve a newer control process.
+PROTOCOL = 1
+
+
+def generation(config: WorkerConfig) -> str:
+    """A digest of the config (and the protocol): a worker of another generation is replaced."""
+    text = json.dumps([PROTOCOL, dataclasses.asdict(config)], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def main(argv: list[str]) -> int:
@@ -95,6 +126,11 @@ def main(argv: list[str]) -> int:
     if config.netns:
         setns(config.netns)
     setup_logging(config.log_level, config.log_format, config.node, worker=config.index)
+    if config.run_dir and config.cgroup:
+        try:
+            cgroup.join(config.cgroup_root, config.cgroup)
+        except cgroup.CgroupError as exc:
+            log.warning("%s; staying in the cgroup of the process that started it", exc)
     try:
         keys = preface.Keyring(config.wire_key) if config.wire_key else None
     except ValueError as exc:
@@ -168,41 +204,62 @@ class Worker:
     ) -> None:
         self._config = config
         self._keys = keys
-        self._control = control
+        # The control process's socket; None while there is none (with `run_dir` only).
+        self._control: socket.socket | None = control
+        # Where the next control process connects (with `run_dir`).
+        self._door: socket.socket | None = None
+        # time.monotonic() since when there has been no control process.
+        self._orphaned_at = 0.0
+        self._port = 0
+        # Sends the outbox to control; started anew for each control process.
+        self._writer: asyncio.Task[None] | None = None
         self._table = WireTable(config.id_limit)
         self._wires: dict[int, _Wire] = {}
         # Same-node link ends by wire id (AddWire `local`); never also in `_wires`.
         self._locals: dict[int, _Local] = {}
+        # The AddWire of every wire in `_wires` or `_locals`, told to an adopting control.
+        self._commands: dict[int, messages.AddWire] = {}
         self._streams: Streams[Sender] = Streams(self._open_stream)
         self._listener = Listener(
             self._table, keys, hostport.canonical(config.listen_host), config.preface_timeout
         )
         self._stopping = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()
-        # Datagrams to control, in order (acks must follow their commands).
-        self._outbox: asyncio.Queue[bytes] = asyncio.Queue()
+        # Datagrams to control, in order (acks must follow their commands), each with
+        # the fds it carries (owned by the queue until sent).
+        self._outbox: asyncio.Queue[tuple[bytes, list[int]]] = asyncio.Queue()
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stopping.set)
+        assert self._control is not None
         self._control.setblocking(False)
         address = hostport.join(self._config.listen_host, self._config.data_port)
         try:
             port = self._listener.start(self._config.listen_host, self._config.data_port)
         except OSError as exc:
             raise CannotListen(f"cannot serve the Wire service on {address}: {exc}") from None
+        self._port = port
         log.debug("serving the Wire service on %s", hostport.join(self._config.listen_host, port))
-        writer = loop.create_task(self._write_loop())
+        if self._config.run_dir:
+            self._door = rundir.listen(self._config.run_dir, self._config.index)
+            self._door.setblocking(False)
+            loop.add_reader(self._door.fileno(), self._on_connect)
+        self._writer = loop.create_task(self._write_loop())
         self._say(messages.Ready(port))
         loop.add_reader(self._control.fileno(), self._on_command)
         reports = loop.create_task(self._report_loop())
         try:
             await self._stopping.wait()
         finally:
-            loop.remove_reader(self._control.fileno())
+            self._drop_control()
+            if self._door is not None:
+                loop.remove_reader(self._door.fileno())
+                self._door.close()
+                rundir.remove(self._config.run_dir, self._config.index)
             reports.cancel()
-            writer.cancel()
+            self._writer.cancel()
             self._listener.close()
             await asyncio.gather(*(sender.close() for _, sender in self._streams.items()))
             await asyncio.gather(*self._closing)
@@ -228,20 +285,68 @@ class Worker:
         )
 
     def _on_command(self) -> None:
-        while True:
+        while self._control is not None:
             try:
                 data, fds = fdpass.receive(self._control)
             except BlockingIOError:
                 return
             except OSError as exc:
-                log.error("control socket: %s; stopping", exc)
-                self._stopping.set()
+                self._lose_control(f"control socket: {exc}")
                 return
             if not data:
-                log.info("control closed its socket; stopping")
-                self._stopping.set()
+                self._lose_control("control closed its socket")
                 return
             self._say(self._handle(data, fds))
+
+    def _lose_control(self, why: str) -> None:
+        """Control is gone: without `run_dir` the worker stops, with it it carries on."""
+        if not self._config.run_dir:
+            log.info("%s; stopping", why)
+            self._stopping.set()
+            return
+        log.info("%s; forwarding on until the next control process connects", why)
+        self._drop_control()
+
+    def _drop_control(self) -> None:
+        if self._control is None:
+            return
+        asyncio.get_running_loop().remove_reader(self._control.fileno())
+        self._control.close()
+        self._control = None
+        self._orphaned_at = time.monotonic()
+        while not self._outbox.empty():
+            for fd in self._outbox.get_nowait()[1]:
+                os.close(fd)
+        if self._writer is not None and not self._stopping.is_set():
+            # It may be waiting on the closed socket: the next control gets a new one.
+            self._writer.cancel()
+            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+
+    def _on_connect(self) -> None:
+        """A control process connected: it replaces the last one and is told everything."""
+        assert self._door is not None
+        try:
+            sock, _ = self._door.accept()
+        except (BlockingIOError, ConnectionAbortedError):
+            return
+        if rundir.peer_uid(sock) != os.getuid():
+            log.warning("refused a control connection from another user")
+            sock.close()
+            return
+        if self._control is not None:
+            log.info("a new control process connected; leaving the last one")
+        self._drop_control()
+        sock.setblocking(False)
+        self._control = sock
+        started = rundir.start_time(os.getpid()) or 0
+        self._say(messages.Hello(os.getpid(), started, generation(self._config)))
+        for wire_id, wire in self._wires.items():
+            self._say(self._commands[wire_id], [os.dup(wire.fd)])
+        for wire_id, end in self._locals.items():
+            self._say(self._commands[wire_id], [os.dup(end.fd)])
+        self._say(messages.Ready(self._port))
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._on_command)
+        log.info("adopted by a control process: %d wires", len(self._wires) + len(self._locals))
 
     def _handle(self, data: bytes, fds: list[int]) -> messages.WireAck:
         try:
@@ -252,14 +357,21 @@ class Worker:
             return messages.WireAck(0, str(exc))
         if isinstance(command, messages.AddWire) and len(fds) == 1:
             if command.local:
-                return self._add_local(command, fds[0])
-            self._remove_local(command.wire_id)
-            return self._add(command, fds[0])
+                ack = self._add_local(command, fds[0])
+            else:
+                self._remove_local(command.wire_id)
+                ack = self._add(command, fds[0])
+            if command.wire_id in self._wires or command.wire_id in self._locals:
+                self._commands[command.wire_id] = command
+            else:
+                self._commands.pop(command.wire_id, None)
+            return ack
         for fd in fds:
             os.close(fd)
         if isinstance(command, messages.RemoveWire):
             self._remove(command.wire_id)
             self._remove_local(command.wire_id)
+            self._commands.pop(command.wire_id, None)
             return messages.WireAck(command.wire_id)
         wire_id = getattr(command, "wire_id", 0)
         return messages.WireAck(wire_id, f"{command!r}: not a command, or AddWire without one fd")
@@ -406,9 +518,21 @@ class Worker:
 
     async def _report_loop(self) -> None:
         while True:
-            if self._outbox.empty():  # control is keeping up: no report piles up
+            if self._control is None:
+                self._exit_if_forgotten()
+            elif self._outbox.empty():  # control is keeping up: no report piles up
                 self._report()
             await asyncio.sleep(self._config.report_interval)
+
+    def _exit_if_forgotten(self) -> None:
+        """No control for `orphan_grace` and no wire: nothing will ever use this worker."""
+        if self._wires or self._locals:
+            return
+        if time.monotonic() - self._orphaned_at >= self._config.orphan_grace:
+            log.info(
+                "no control process and no wire for %.0fs; stopping", self._config.orphan_grace
+            )
+            self._stopping.set()
 
     def _report(self) -> None:
         refs = self._streams.refs()
@@ -440,19 +564,45 @@ class Worker:
         for report in messages.wire_reports(wires):
             self._say(report)
 
-    def _say(self, message: messages.Message) -> None:
-        self._outbox.put_nowait(messages.encode(message))
+    def _say(self, message: messages.Message, fds: list[int] | None = None) -> None:
+        """Queue `message` (and `fds`, closed once sent) for control; with no control,
+        drop them."""
+        if self._control is None:
+            for fd in fds or ():
+                os.close(fd)
+            return
+        self._outbox.put_nowait((messages.encode(message), fds or []))
 
     async def _write_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            data = await self._outbox.get()
+            data, fds = await self._outbox.get()
+            control = self._control
             try:
-                await loop.sock_sendall(self._control, data)
+                if control is not None:
+                    await _send(control, data, fds)
             except OSError as exc:
-                log.info("control socket: %s; stopping", exc)
-                self._stopping.set()
-                return
+                if control is self._control:
+                    self._lose_control(f"control socket: {exc}")
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+
+async def _send(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+    """One datagram with its fds on a nonblocking socket, waiting while it is full."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            fdpass.send(sock, data, fds)
+            return
+        except BlockingIOError:
+            writable = loop.create_future()
+            loop.add_writer(sock.fileno(), writable.set_result, None)
+            try:
+                await writable
+            finally:
+                with contextlib.suppress(ValueError, OSError):
+                    loop.remove_writer(sock.fileno())
 
 
 def _with_emulation(counters: Counters, pump: Pump) -> Counters:

@@ -43,9 +43,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes.client import CoreV1Api
 
+from meshwire.dataplane import rundir
 from meshwire.dataplane.netns_thread import call_in_netns
+from tests.deploy_helpers import config_text
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import admin
 
@@ -216,6 +219,7 @@ class Node:
         self._kill_tasks()
         self._stop("containerd")
         self._kill_shims()
+        self._stop_workers()
         if self.holder is not None and self.holder.poll() is None:
             self.holder.kill()
             self.holder.wait(timeout=20)
@@ -227,6 +231,18 @@ class Node:
             self._netns_made = False
         self._umount_under_dir()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _stop_workers(self) -> None:
+        """The DaemonSet's dataplane workers outlive its pods by design (they wait for
+        the next daemon in /run/meshwire/workers, in a cgroup of the host's): stopped
+        by PID through the node's own /run, and their emptied cgroups removed."""
+        if self.holder is None or self.holder.poll() is not None:
+            return
+        dataplane = yaml.safe_load(config_text())["dataplane"]
+        rundir.stop_all(f"/proc/{self.holder.pid}/root{dataplane['run_dir']}")
+        for group in Path("/sys/fs/cgroup").glob(f"*/{dataplane['worker_cgroup']}"):
+            with contextlib.suppress(OSError):  # still used: another node's workers
+                group.rmdir()
 
     # -- the namespaces -------------------------------------------------------------
 

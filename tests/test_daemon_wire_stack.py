@@ -64,3 +64,24 @@ def test_a_vxlan_node_without_credentials_runs_a_local_only_wire_stack(
 def test_a_grpc_node_without_credentials_does_not_start(tmp_path: Path) -> None:
     with pytest.raises(CredentialError, match=r"auth\.wire_key"):
         _wire_stack(load_config(config(tmp_path, "grpc")))
+
+
+def test_with_a_run_directory_the_local_only_key_is_kept_for_the_next_daemon(
+    tmp_path: Path,
+) -> None:
+    # The workers outlive the daemon and are adopted only by a daemon of their own
+    # config: the next one must hand them the same key file.
+    path = config(tmp_path, "vxlan")
+    settings = yaml.safe_load(path.read_text())
+    settings["dataplane"] = {"run_dir": str(tmp_path / "workers")}
+    path.write_text(yaml.safe_dump(settings))
+
+    keys = []
+    for _ in range(2):
+        stack = _wire_stack(load_config(path))
+        assert stack.local
+        keys.append(Path(stack.pool.settings.wire_key))
+        asyncio.run(stack.close())
+
+    assert keys[0] == keys[1] and keys[0].parent == tmp_path / "workers"
+    assert keys[0].stat().st_mode & 0o077 == 0 and keys[0].read_text().strip()

@@ -232,3 +232,16 @@ def test_the_daemon_reads_its_credentials_from_the_secret_certs_init_makes(
     credentials = NodeCredentials(auth.model_copy(update=on), "worker-7", "10.240.0.7")
     check_wire_key(auth.model_copy(update=on))
     assert b"BEGIN CERTIFICATE" in credentials.issued.chain
+
+
+def test_the_workers_outlive_the_daemons_container_on_the_host(tmp_path: Path) -> None:
+    # The next daemon finds them in a run directory on the host, and they sit in a
+    # cgroup of the host's, not the container's (which the runtime kills whole).
+    dataplane = configmap_config(tmp_path).dataplane
+    mount, rest = mount_of(container("meshwire"), dataplane.run_dir)
+    host = os.path.join(volume(mount["name"])["hostPath"]["path"], rest)
+    assert host.startswith("/run/") and not mount.get("readOnly", False)
+    assert dataplane.worker_cgroup
+    mount, rest = mount_of(container("meshwire"), dataplane.cgroup_root)
+    assert rest == "" and not mount.get("readOnly", False)
+    assert volume(mount["name"])["hostPath"]["path"] == "/sys/fs/cgroup"

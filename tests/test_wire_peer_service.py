@@ -27,6 +27,8 @@ from peer_helpers import (
 from slot_helpers import slot
 
 from meshwire.control.common.ids import UID_LIMIT, wire_id
+from meshwire.control.wire.state import note
+from meshwire.control.wire.types import TapRef
 from meshwire.proto import meshwire_pb2
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -102,6 +104,8 @@ def test_an_offer_for_a_wire_this_node_has_is_answered_and_makes_it_ready(node: 
         "peer_wire_id": FAR_WIRE_ID,
         "impairments": [],
         "local": False,
+        # What a restarted daemon reads back from the worker: the row and its TAP.
+        "note": note(WIRE.key, TapRef((1, 2), 7)),
     }
     assert again.reply == first.reply and again.after == first.after  # idempotent
 

@@ -151,6 +151,34 @@ class DataplaneConfig(_Section):
         "256 carried 460-480k 64-byte frames/s at 2.2 us of worker CPU per frame, 64 "
         "400-480k at 2.2-2.5 us, 1 95-150k at 8-13 us (bench/wire_bench.py).",
     )
+    run_dir: str = Field(
+        default="",
+        description="Directory where the workers wait for the next control process: with it "
+        "they outlive the daemon (its crash, restart or upgrade), keep carrying their links, "
+        "and are adopted by the next daemon, which rebuilds only what is missing or changed "
+        "and stops workers of another config. Empty: the workers stop with the daemon, and "
+        "grpc and emulated links stop while it restarts. A directory of this node only "
+        "(deploy/ sets /run/meshwire/workers).",
+    )
+    worker_cgroup: str = Field(
+        default="",
+        description="With run_dir: the cgroup (under cgroup_root) each worker moves into, so "
+        "that a runtime stopping the daemon's container, which kills its cgroup, leaves the "
+        "workers running. Empty: they stay in the daemon's cgroup. On cgroup v1 they join it in "
+        "every hierarchy; where they cannot, they log why and stay.",
+    )
+    cgroup_root: str = Field(
+        default=dataplane_defaults.CGROUP_ROOT,
+        description="Where the host's cgroup hierarchy is mounted (cgroup v2, or the folder of "
+        "the v1 hierarchies), for worker_cgroup.",
+    )
+    orphan_grace: float = Field(
+        default=dataplane_defaults.ORPHAN_GRACE,
+        gt=0,
+        description="With run_dir: a worker with no daemon for this many seconds exits once it "
+        "holds no link; one holding links goes on carrying them until a daemon adopts it "
+        "and tears them down.",
+    )
 
 
 class AuthConfig(_Section):

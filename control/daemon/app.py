@@ -21,6 +21,11 @@ grpc ones is built, and grpc links wait for the wire. A stop during that wait
 releases what had started; a port still taken past the patience stops the
 daemon with a ListenError.
 
+Before any link is attached, the wire stack adopts the dataplane workers a
+previous daemon left running (`dataplane.run_dir`), so their links go on
+carrying frames through the restart; what the initial reconciliation did not
+claim of them is dropped.
+
 Shutdown stops intake (CNI endpoint, informer), lets in-flight link
 operations finish, flushes status writes for a bounded time, and never tears
 links down: they keep carrying traffic while the daemon is away.
@@ -267,6 +272,8 @@ class Daemon:
         # The ports are opened (and waited for, should one be taken) beside the rest:
         # the CNI endpoint and every link but grpc ones work meanwhile.
         self.wire.bind()
+        # Before any link is attached: the workers a previous daemon left carry on.
+        await self.wire.adopt()
         listening = asyncio.create_task(self._listen(parts.health), name="listen")
         await parts.endpoint.start()
         self.status.start()
@@ -352,6 +359,7 @@ class Daemon:
         """Prune once the initial reconcile is done, then re-verify everything periodically."""
         await self.reconciler.initial_done.wait()
         log.info("initial reconciliation complete: %d links", len(self.links))
+        self.wire.release_unclaimed()
         while True:
             await self._prune()
             await asyncio.sleep(self.config.reconcile.full_interval)

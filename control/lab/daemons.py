@@ -1,9 +1,11 @@
 """A node's daemon: its config file (the user's base config plus what the lab decides) and start.
 
 The lab sets, per node: `node_name`, `node_ip` (its underlay address),
-`api.url` (the API through the hub relay), `cni.socket` and `cni.state_dir`
-(in the node's lab directory), `peer.listen` and `metrics.listen` (on the node's address, keeping
-the base config's ports), and `cni.add_timeout` 300 s unless the base config
+`api.url` (the API through the hub relay), `cni.socket`, `cni.state_dir` and
+`dataplane.run_dir` (in the node's lab directory: the workers outlive a killed
+daemon and are adopted by the next, and `lab down` stops them there),
+`peer.listen` and `metrics.listen` (on the node's address, keeping the base
+config's ports), and `cni.add_timeout` 300 s unless the base config
 sets it. `workers` defaults to 1 unless the base config sets
 it: N simulated nodes on one machine must not start N x cores processes.
 `auth.ca_cert`, `auth.ca_key` and `auth.wire_key` point at the lab's own
@@ -22,6 +24,7 @@ import yaml
 
 from meshwire.control.common.config import Config, ConfigError, load_config
 from meshwire.control.lab.errors import LabError
+from meshwire.control.lab.state import WORKER_DIR
 
 DEFAULT_PEER_PORT = 51111
 DEFAULT_METRICS_PORT = 51100
@@ -72,6 +75,7 @@ def node_config(
     config.setdefault("api", {})["url"] = api_url
     config.setdefault("cni", {})["socket"] = str(node_dir / "cni.sock")
     config["cni"]["state_dir"] = str(node_dir / "sandboxes")
+    config.setdefault("dataplane", {})["run_dir"] = str(node_dir / WORKER_DIR)
     config["cni"].setdefault("add_timeout", LAB_ADD_TIMEOUT)
     config.setdefault("peer", {})["listen"] = f"{ip}:{_port(base, 'peer', DEFAULT_PEER_PORT)}"
     metrics = _port(base, "metrics", DEFAULT_METRICS_PORT)

@@ -5,8 +5,10 @@ state file (which names everything before it exists) and also deletes any
 namespace carrying the lab's prefix, so a namespace created after the last
 state write still goes. Processes are stopped first, the pods' own (their
 holders and `cmd`s, together) before the lab's (daemons would otherwise
-react to their pods vanishing), then namespaces (interfaces inside them go
-with them; the lab puts none in the host's namespace), then the directory.
+react to their pods vanishing), then the dataplane workers the daemons left
+running in their run directories (they outlive a daemon), then namespaces
+(interfaces inside them go with them; the lab puts none in the host's
+namespace), then the directory.
 Without a state file there are no PIDs to stop: only prefixed namespaces and
 an empty lab directory are removed.
 
@@ -28,6 +30,7 @@ from meshwire.control.lab import netns, processes, software
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.state import LabDir, LabState
+from meshwire.dataplane import rundir
 
 
 def _delete_from_server(state: LabState) -> list[str]:
@@ -58,6 +61,9 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
         for record in [*pods, *rest]:
             if id(record) in running:
                 removed.append(f"process {record.role} (pid {record.pid})")
+        for node in state.nodes:
+            for pid in rundir.stop_all(str(lab.worker_dir(node))):
+                removed.append(f"process worker/{node} (pid {pid})")
     if state is not None and state.kube_server:
         try:
             removed.extend(_delete_from_server(state))

@@ -37,8 +37,8 @@ from typing import IO, Any
 
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.nsexec import NOT_STARTED, argv_for, enter, execute
-from meshwire.control.lab.processes import start_time
 from meshwire.control.lab.state import ProcessRecord
+from meshwire.dataplane.rundir import start_time
 
 WHO = "forkserver"  # names the fork server in a child's log
 

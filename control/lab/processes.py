@@ -17,22 +17,10 @@ import time
 from pathlib import Path
 
 from meshwire.control.lab.state import ProcessRecord
+from meshwire.dataplane.rundir import start_time
 
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL: a daemon's clean shutdown is quick
 POLL = 0.05
-
-
-def start_time(pid: int) -> int | None:
-    """The start time (clock ticks since boot) of `pid`; None if it is gone or a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[19])
 
 
 def is_running(record: ProcessRecord) -> bool:

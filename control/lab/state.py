@@ -40,6 +40,8 @@ DEFAULT_ROOT = Path("/run/meshwire-lab")
 STATE_FILE = "state.json"
 # The lab file's Topology objects as `up` read them, fixed for the lab's life.
 TOPOLOGIES_FILE = "topologies.json"
+# In a node's directory: its workers' run directory.
+WORKER_DIR = "workers"
 
 
 @dataclass(slots=True)
@@ -195,6 +197,10 @@ class LabDir:
 
     def node_dir(self, node: str) -> Path:
         return self.path / "nodes" / node
+
+    def worker_dir(self, node: str) -> Path:
+        """The run directory of the node's dataplane workers (`dataplane.run_dir`)."""
+        return self.node_dir(node) / WORKER_DIR
 
     def log(self, role: str) -> Path:
         return self.path / "logs" / f"{role.replace('/', '-')}.log"

@@ -23,6 +23,14 @@ under emulation) needs no handshake and no goodbye: the manager joins it to
 the wire of the far end's key as soon as both are attached, and unjoins both
 when either goes; their worker carries the frames TAP to TAP.
 
+Wires a previous control process left in running workers are handed over by
+the worker pool before any attach (`adopt`): each is kept, with the worker's
+fd on its TAP, until the driver attaches its row. If the TAP is the same,
+the wire takes that fd and stays joined to the far end its worker still
+carries (`adopted_far`): no new fd, no carrier change, no frame lost; a remote
+one is verified by a handshake. Adopted wires no row claimed by the end of the
+initial reconciliation are dropped (`release_unclaimed`).
+
 A goodbye is checked again when it is sent: if the wire is back by then (a
 pod restarted on its node and its end was realised again) it is not sent, so
 a late goodbye never cancels a fresh handshake.
@@ -46,12 +54,14 @@ from meshwire.control.links.errors import LinkError, SpecError
 from meshwire.control.tables.links import End, LinkRow
 from meshwire.control.wire.state import (
     Wire,
+    adopted_far,
     carrier,
     far_key,
     judge_offer,
     offer,
     offer_key,
     pairs_with,
+    read_note,
     same_far_end,
     worker_command,
 )
@@ -83,6 +93,17 @@ class Desired:
     """What a worker must hold for one wire: the command, control's fd, its generation."""
 
     command: AddWire
+    fd: int
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Adopted:
+    """A wire a running worker holds, not yet claimed by a row: what the worker holds,
+    the TAP, an fd on it, and the generation the pool recorded it under."""
+
+    command: AddWire
+    tap: TapRef
     fd: int
     generation: int
 
@@ -130,6 +151,8 @@ class WireManager:
         self._by_node: dict[str, set[str]] = {}
         # Goodbyes not yet delivered -> attempts so far.
         self._goodbyes: dict[Goodbye, int] = {}
+        # Row key -> a wire adopted from a running worker that no attach claimed yet.
+        self._adopted: dict[str, _Adopted] = {}
         self._generation = itertools.count(1)
         self._closed = False
 
@@ -137,7 +160,10 @@ class WireManager:
 
     def held(self, key: str) -> TapRef | None:
         wire = self._wires.get(key)
-        return wire.tap if wire is not None else None
+        if wire is not None:
+            return wire.tap
+        adopted = self._adopted.get(key)
+        return adopted.tap if adopted is not None else None
 
     def attach(self, row: LinkRow, tap: TapRef, fd: int | None) -> None:
         try:
@@ -148,9 +174,7 @@ class WireManager:
             raise
         wire = self._wires.get(row.key)
         if wire is None:
-            assert fd is not None  # _check_attach
-            wire = Wire(row, tap, fd, next(self._generation), announce=True)
-            wire.local = row.peer_node_ip == self.node_ip
+            wire = self._claim(row, tap, fd)
             self._index(row.key, wire)
             self._carrier(wire)
             self.slots.changed(row.wire_id)
@@ -187,7 +211,7 @@ class WireManager:
         if self._closed:
             raise LinkError(link, row.local.netns, row.local.intf, "the wire manager is closed")
         wire = self._wires.get(row.key)
-        if fd is None and (wire is None or wire.tap != tap):
+        if fd is None and (wire is None or wire.tap != tap) and self.held(row.key) != tap:
             raise LinkError(
                 link, row.local.netns, row.local.intf, "no fd is held on this TAP any more"
             )
@@ -200,6 +224,55 @@ class WireManager:
                 f"wire id {row.wire_id} is already used by {other} on this node "
                 "(their namespaces hash to one slot); rename a namespace or renumber a uid",
             )
+
+    def _claim(self, row: LinkRow, tap: TapRef, fd: int | None) -> Wire:
+        """A new wire for `row`: on the adopted wire's fd if `fd` is None (its TAP is
+        `tap`, `_check_attach`), else on `fd`, the adopted one dropped."""
+        adopted = self._adopted.pop(row.key, None)
+        local = row.peer_node_ip == self.node_ip
+        if fd is not None:
+            if adopted is not None:
+                self._drop(adopted)
+            wire = Wire(row, tap, fd, next(self._generation), announce=True)
+            wire.local = local
+            return wire
+        assert adopted is not None  # _check_attach
+        wire = Wire(row, tap, adopted.fd, adopted.generation)
+        wire.local = local
+        wire.far = adopted_far(row, adopted.command, self.node_ip)
+        wire.verify = wire.far is not None and not local
+        if adopted.command.wire_id != row.wire_id:
+            self.slots.changed(adopted.command.wire_id)
+        return wire
+
+    def adopt(self, command: AddWire, fd: int) -> int | None:
+        """Keep a wire a running worker holds (`fd` on its TAP, owned from now on) for
+        its row's attach; the generation to record it under, or None if it is not a
+        wire of this manager's (the fd is closed)."""
+        found = read_note(command.note)
+        if found is None or self._closed:
+            os.close(fd)
+            return None
+        key, tap = found
+        old = self._adopted.pop(key, None)
+        if old is not None:
+            os.close(old.fd)
+        adopted = _Adopted(command, tap, fd, next(self._generation))
+        self._adopted[key] = adopted
+        return adopted.generation
+
+    def release_unclaimed(self) -> None:
+        """Drop the adopted wires no row attached: their workers let them go."""
+        adopted, self._adopted = self._adopted, {}
+        for one in adopted.values():
+            self._drop(one)
+        if adopted:
+            log.info("dropped %d wires of the last daemon that no link wants", len(adopted))
+
+    def _drop(self, adopted: _Adopted) -> None:
+        with contextlib.suppress(OSError):
+            os.close(adopted.fd)
+        self.slots.changed(adopted.command.wire_id)
 
     def detach(self, key: str) -> None:
         wire = self._wires.get(key)
@@ -391,6 +464,10 @@ class WireManager:
         for wire in self._wires.values():
             with contextlib.suppress(OSError):
                 os.close(wire.fd)
+        for adopted in self._adopted.values():
+            with contextlib.suppress(OSError):
+                os.close(adopted.fd)
+        self._adopted.clear()
         self._wires.clear()
         self._by_id.clear()
         self._by_node.clear()

@@ -20,7 +20,8 @@ handshakes; a cross-node grpc row fails its update with a SpecError naming the
 credential that is missing (retried when the row changes), before any TAP is
 made. Its workers still listen on their data ports, but open every
 connection with the preface on a random key that only this stack holds (a
-private file removed at `close`), so no stream of anyone is accepted.
+private file removed at `close`; with `dataplane.run_dir`, one kept there for
+the next daemon, which adopts the workers), so no stream of anyone is accepted.
 
 Start order: the workers, then the Peer service (peers' handshakes are
 answered `pending` until this node's ends exist), then the handshake loop.
@@ -55,9 +56,12 @@ from meshwire.control.wire.thread_ends import ThreadEnds
 from meshwire.control.wire.types import WireEnds
 from meshwire.dataplane import hostport, preface
 from meshwire.dataplane.handle import WorkerError
+from meshwire.dataplane.messages import AddWire
 
 # The Peer service stops within this grace (in-flight handshakes finish).
 SERVER_GRACE = 0.5
+# A local-only stack's wire key file in `dataplane.run_dir`.
+LOCAL_WIRE_KEY = "local-wire.key"
 
 
 def worker_count(config: Config) -> int:
@@ -83,7 +87,11 @@ class WireStack:
                 if not local_only:
                     raise
                 self.missing = str(exc)
-                wire_key = self._private_key = _private_wire_key()
+                if config.dataplane.run_dir:
+                    # Kept for the next daemon: its workers' config must not change.
+                    wire_key = _kept_wire_key(config.dataplane.run_dir)
+                else:
+                    wire_key = self._private_key = _private_wire_key()
         # Peer calls refused as unauthenticated (the workers count the wire's).
         self.refusals = preface.Refusals()
         nodes = WorkQueue(
@@ -102,8 +110,13 @@ class WireStack:
                 wire_key=wire_key,
                 wire_encrypt=config.auth.wire_encrypt,
                 preface_timeout=config.auth.wire_preface_timeout,
+                run_dir=config.dataplane.run_dir,
+                cgroup_root=config.dataplane.cgroup_root,
+                cgroup=config.dataplane.worker_cgroup,
+                orphan_grace=config.dataplane.orphan_grace,
             ),
             desired=self._desired,
+            adopted=self._adopted,
         )
         self.manager = WireManager(config.node_ip, config.dataplane.offloads, self.pool, nodes)
         peer_port = hostport.split(config.peer.listen)[1]
@@ -126,6 +139,18 @@ class WireStack:
 
     def _desired(self, wire_id: int) -> Desired | None:
         return self.manager.desired(wire_id)
+
+    def _adopted(self, command: AddWire, fd: int) -> int | None:
+        return self.manager.adopt(command, fd)
+
+    async def adopt(self) -> None:
+        """Take over the workers a previous daemon left running (with `dataplane.run_dir`),
+        with their wires; call after `bind` and before any link is attached."""
+        await self.pool.adopt()
+
+    def release_unclaimed(self) -> None:
+        """Drop the adopted wires no row claimed; call once every row was reconciled."""
+        self.manager.release_unclaimed()
 
     def bind(self) -> None:
         """Serve the driver on the running event loop (call from it) from now on, before
@@ -174,6 +199,18 @@ class WireStack:
         if self._private_key:
             with contextlib.suppress(OSError):
                 os.unlink(self._private_key)
+
+
+def _kept_wire_key(run_dir: str) -> str:
+    """The local-only wire key file in the workers' run directory, made once, this
+    user's only: its path."""
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(run_dir, LOCAL_WIRE_KEY)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    return path
 
 
 def _private_wire_key() -> str:

@@ -23,10 +23,17 @@ frames TAP to TAP.
 #743 fixed cannot happen here: only the local reconciler creates a TAP (an
 offer only sets `far`), a wire in no worker holds no stream reference, and a
 removed or re-pointed wire is whatever the next `worker_command` says.
+
+A worker outlives control when it has a run directory (supervisor.py): it keeps
+each wire's AddWire, whose `note` (`note`, `read_note`) names the row key and
+the TAP, and hands both back to the next control process. `adopted_far` is the
+far end such a wire is still joined to, so a restarted control keeps the wire
+ready (and the carrier up) while a handshake verifies it.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from meshwire.control.common.ids import far_end
@@ -112,7 +119,35 @@ def worker_command(wire: Wire) -> AddWire | None:
         wire.far.wire_id,
         tuple(getattr(impairments, name) for name in IMPAIRMENT_FIELDS) if impairments else (),
         local=wire.local,
+        note=note(wire.row.key, wire.tap),
     )
+
+
+def note(key: str, tap: TapRef) -> str:
+    """What a worker keeps for control on a wire: the row key and the TAP."""
+    return json.dumps([key, *tap.netns, tap.ifindex], separators=(",", ":"))
+
+
+def read_note(text: str) -> tuple[str, TapRef] | None:
+    """The (row key, TAP) of a `note`; None if it is not one."""
+    try:
+        key, dev, ino, ifindex = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(key, str) or not all(type(n) is int for n in (dev, ino, ifindex)):
+        return None
+    return key, TapRef((dev, ino), ifindex)
+
+
+def adopted_far(row: LinkRow, command: AddWire, node_ip: str) -> FarEnd | None:
+    """The far end an adopted wire (its worker holds `command`) is joined to, if it is
+    still the far end `row` wants: same wire id, same peer node, cable plugged."""
+    local = row.peer_node_ip == node_ip
+    if command.wire_id != row.wire_id or command.local != local or row.down:
+        return None
+    if command.peer_node != row.peer_node_ip or command.peer_wire_id != far_wire_id(row):
+        return None
+    return FarEnd(command.peer_node, command.peer_port, command.peer_wire_id)
 
 
 def carrier(wire: Wire) -> bool:

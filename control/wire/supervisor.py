@@ -13,6 +13,16 @@ A worker that exits is started again on the same port (after 100 ms, doubling
 to 5 s while it keeps dying) and handed every wire it should hold: frames in
 flight are lost, nothing else. Workers are fresh interpreters, never forks of
 control (which runs gRPC threads).
+
+With a run directory (`dataplane.run_dir`) the workers outlive control
+(non-stop forwarding, dataplane/worker.py): `adopt`, before `start`, takes over
+the workers of the last control process still running there (stopping those of
+another config and those whose index is no longer used), and hands each wire
+they hold to `adopted`, which owns its fd from then on and returns the fd
+generation under which it keeps the wire (None: the wire is not wanted, and
+the worker is told to drop it). An adopted wire is left as it is until
+`changed` names it. `close` then leaves the workers running; without a run
+directory it stops them.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from dataclasses import dataclass, field
 from meshwire.control.common.config import DataplaneConfig, LogConfig, default
 from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.wire.manager import Desired
-from meshwire.dataplane import defaults
+from meshwire.dataplane import defaults, rundir
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.handle import WorkerError, WorkerHandle
 from meshwire.dataplane.logs import LogFormat
@@ -62,6 +72,12 @@ class PoolSettings:
     # and the preface's deadline (`auth.wire_preface_timeout`).
     wire_encrypt: bool = True
     preface_timeout: float = 2.0
+    # Config `dataplane.run_dir`, `cgroup_root`, `worker_cgroup`, `orphan_grace`
+    # (dataplane/worker.py); empty run_dir: the workers stop with control.
+    run_dir: str = ""
+    cgroup_root: str = default(DataplaneConfig, "cgroup_root")
+    cgroup: str = ""
+    orphan_grace: float = default(DataplaneConfig, "orphan_grace")
 
 
 @dataclass(eq=False)
@@ -82,12 +98,23 @@ class _Slot:
     sync_backoff: Backoff = field(default_factory=lambda: Backoff(RESTART))
 
 
+def _refuse(command: AddWire, fd: int) -> int | None:
+    os.close(fd)
+    return None
+
+
 class WorkerPool:
-    def __init__(self, settings: PoolSettings, desired: Callable[[int], Desired | None]) -> None:
+    def __init__(
+        self,
+        settings: PoolSettings,
+        desired: Callable[[int], Desired | None],
+        adopted: Callable[[AddWire, int], int | None] = _refuse,
+    ) -> None:
         if settings.count < 1:
             raise ValueError(f"workers: need at least one, got {settings.count}")
         self.settings = settings
         self._desired = desired
+        self._adopted = adopted
         self._slots = [_Slot(k) for k in range(settings.count)]
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = asyncio.Event()
@@ -109,20 +136,55 @@ class WorkerPool:
 
     # -- life ---------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Starts every worker and waits until each serves; raises WorkerError if one cannot.
+    async def adopt(self) -> int:
+        """Takes over the workers running in the run directory; returns how many.
 
-        A start that fails stops the workers it started, so it may be tried again.
+        Call before `start`, and before anything calls `changed`."""
+        if not self.settings.run_dir:
+            return 0
+        extra = [k for k in rundir.indexes(self.settings.run_dir) if k >= self.settings.count]
+        for index in extra:  # `workers` went down: no slot will take worker k again
+            stale = await WorkerHandle.adopt(self._config(_Slot(index)))
+            if stale is not None:
+                for _, fd in stale.wires:
+                    os.close(fd)
+                await stale.handle.stop()
+        adopted = 0
+        for slot in self._slots:
+            found = await WorkerHandle.adopt(self._config(slot))
+            if found is None:
+                continue
+            slot.handle = found.handle
+            adopted += 1
+            for command, fd in found.wires:
+                generation = self._adopted(command, fd)
+                slot.sent[command.wire_id] = (command, -1 if generation is None else generation)
+                if generation is None:
+                    slot.dirty.add(command.wire_id)
+            log.info(
+                "dataplane worker %d: adopted pid %d on port %d with %d wires",
+                slot.index,
+                found.handle.pid,
+                found.handle.data_port,
+                len(found.wires),
+            )
+        return adopted
+
+    async def start(self) -> None:
+        """Starts every worker not adopted and waits until each serves; raises WorkerError
+        if one cannot. A start that fails stops the workers it started, so it may be
+        tried again.
         """
+        spawning = [slot for slot in self._slots if slot.handle is None]
         handles = await asyncio.gather(
-            *(self._spawn(slot) for slot in self._slots), return_exceptions=True
+            *(self._spawn(slot) for slot in spawning), return_exceptions=True
         )
         started = [h for h in handles if isinstance(h, WorkerHandle)]
         failed = [h for h in handles if not isinstance(h, WorkerHandle)]
         if failed:
             await asyncio.gather(*(h.stop() for h in started), return_exceptions=True)
             raise WorkerError(f"dataplane workers did not start: {failed[0]}")
-        for slot, handle in zip(self._slots, started, strict=True):
+        for slot, handle in zip(spawning, started, strict=True):
             slot.handle = handle
         self._tasks = [
             asyncio.create_task(self._serve(slot), name=f"worker-{slot.index}")
@@ -130,12 +192,17 @@ class WorkerPool:
         ]
 
     async def close(self) -> None:
-        """Stops the workers (SIGTERM); their TAPs stay, as control's fds do until closed."""
+        """Stops the workers (SIGTERM), or with a run directory leaves them forwarding for
+        the next control process; the TAPs stay either way."""
         self._closing.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         handles = [slot.handle for slot in self._slots if slot.handle is not None]
+        if self.settings.run_dir:
+            for handle in handles:
+                handle.detach()
+            return
         await asyncio.gather(*(h.stop() for h in handles), return_exceptions=True)
 
     # -- observation --------------------------------------------------------------
@@ -215,6 +282,10 @@ class WorkerPool:
             wire_key=s.wire_key,
             wire_encrypt=s.wire_encrypt,
             preface_timeout=s.preface_timeout,
+            run_dir=s.run_dir,
+            cgroup_root=s.cgroup_root,
+            cgroup=s.cgroup,
+            orphan_grace=s.orphan_grace,
         )
 
     async def _spawn(self, slot: _Slot) -> WorkerHandle:
