@@ -30,7 +30,7 @@ from . import iface, rtnl, tc
 from .aside import Reaper
 from .lifecycle import Target, claim, create_marked
 from .names import BUILD_GROUP, Mark, pod_peer_name
-from .netns import Netns
+from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
 
@@ -86,6 +86,17 @@ def set_carrier(node: Side, end: PodEnd, on: bool) -> None:
     side stays admin-up either way. Changes nothing when it already is so."""
     if end.node.up != on:
         iface.set_link(node.ipr, end.node.index, up=on, down=not on)
+
+
+def give_carrier(host: str, mark: Mark, end: End, on: bool) -> None:
+    """`set_carrier` for `end` by name, its node side in the netns at `host`; an end that
+    is not there (not built yet, its pod gone) is left alone: its next build starts
+    without carrier and asks again."""
+    with open_netns(host) as ns, netlink(ns) as ipr:
+        node = Side(ns, ipr)
+        found = find_node_side(mark, end, node)
+        if found is not None and found.up != on:
+            iface.set_link(ipr, found.index, up=on, down=not on)
 
 
 def release(
