@@ -10,6 +10,13 @@ nothing into the pod). Transports attach to the node side (tc.py); the pod
 sees carrier exactly while the node side is up, which is how a pulled cable
 or an absent far end is shown to it (`set_carrier`).
 
+Each node side says which kind of row holds its pod end now, in its interface
+group (`holder_group`): a link that changes kind changes its row's key (a
+veth row is the pair's, every other kind's is the end's), so the old row's
+removal and the new row's build are two keys the reconciler runs apart, in
+either order. The old row's removal leaves an end that a row of another kind
+holds (`release`); the new row's build takes the end over as it is.
+
 A pod end is intact when the pod side is a veth marked for the link whose
 peer is the node side, in the node's netns, and the other way round.
 Anything else found under the pod's name with the link's mark (a TAP or a
@@ -25,14 +32,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..tables.links import End
-from . import iface, rtnl, tc
+from ..tables.links import End, LinkKind
+from . import iface, rtnl
 from .aside import Reaper
 from .lifecycle import Target, claim, create_marked
 from .names import BUILD_GROUP, Mark, pod_peer_name
 from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
+# Interface groups of node sides by their holder's kind ("mwh" + the kind's place);
+# names.BUILD_GROUP is another.
+HOLDER_BASE = 0x6D776800
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +61,17 @@ class PodEnd:
     node: iface.Iface
 
 
-def ensure(mark: Mark, end: End, mtu: int, pod: Side, node: Side, reaper: Reaper) -> PodEnd:
-    """Make `end` an intact pod end in `pod`'s netns with its node side in `node`'s, and
-    converge the pod side's MTU and address; an intact one is kept as it is.
+def holder_group(kind: LinkKind) -> int:
+    """The interface group of a node side whose pod end a row of `kind` holds."""
+    return HOLDER_BASE + list(LinkKind).index(kind) + 1
+
+
+def ensure(
+    mark: Mark, end: End, holder: LinkKind, mtu: int, pod: Side, node: Side, reaper: Reaper
+) -> PodEnd:
+    """Make `end` an intact pod end in `pod`'s netns with its node side in `node`'s, held
+    by a row of kind `holder`, and converge the pod side's MTU and address; an
+    intact one is kept as it is.
 
     A new node side starts down: the caller raises it once a transport is
     stitched to it (`set_carrier`).
@@ -68,8 +86,11 @@ def ensure(mark: Mark, end: End, mtu: int, pod: Side, node: Side, reaper: Reaper
             iface.delete(pod.ipr, pod_side.index)
         pod_side, node_side = _create(mark, end, mtu, name, pod, node)
     iface.converge(pod.ipr, pod_side, mark, mtu, end.ip)
-    if mtu and node_side.mtu != mtu:
-        iface.set_link(node.ipr, node_side.index, mtu=mtu)
+    group = holder_group(holder)
+    if (mtu and node_side.mtu != mtu) or node_side.group != group:
+        new_mtu = mtu if node_side.mtu != mtu else 0
+        iface.set_link(node.ipr, node_side.index, mtu=new_mtu, group=group)
+        node_side = replace(node_side, group=group)
     return PodEnd(pod_side, node_side)
 
 
@@ -100,19 +121,17 @@ def give_carrier(host: str, mark: Mark, end: End, on: bool) -> None:
 
 
 def release(
-    mark: Mark, end: End, node: Side, carried_by: int | None, reaper: Reaper | None = None
+    mark: Mark, end: End, node: Side, holder: LinkKind, reaper: Reaper | None = None
 ) -> bool:
-    """Delete `end` (both sides) unless a transport other than `carried_by` (an ifindex
-    in the node's netns, None for none) is stitched to it now: the link moved to
-    another transport, whose row holds the end. A half-made pair (a build cut
-    short) goes too. With a `reaper`, its node side is
-    set aside instead (its name free at once; the pod side goes with it later).
-    Whether it was released; a gone end is success (True)."""
+    """Delete `end` (both sides) unless a row of another kind than `holder` holds it now
+    (the link changed kind, and the new row took the end over). A half-made pair
+    (a build cut short) goes too. With a `reaper`, its node side is set aside
+    instead (its name free at once; the pod side goes with it later). Whether it
+    was released; a gone end is success (True)."""
     found = iface.find(node.ipr, pod_peer_name(mark.namespace, end.pod, end.intf))
     if found is None or (found.mark != mark and not found.half_made):
         return True
-    target = tc.redirect_of(node.ipr, found.index)
-    if target is not None and target != carried_by:
+    if found.group not in (0, holder_group(holder)) and not found.half_made:
         return False
     if reaper is None:
         iface.delete(node.ipr, found.index)

@@ -57,7 +57,9 @@ class VethDriver:
                         )
                     pods.append(ns)
                     pod = Side(ns, stack.enter_context(netlink(ns)))
-                    made.append(podend.ensure(mark, end, row.mtu, pod, node, self._reaper))
+                    made.append(
+                        podend.ensure(mark, end, row.kind, row.mtu, pod, node, self._reaper)
+                    )
             local, peer = made
             with blame(mark.link, self._host, local.node.name):
                 tc.stitch(node.ipr, local.node.index, peer.node.index)
@@ -82,13 +84,8 @@ class VethDriver:
         with blame(mark.link, self._host, "(node)"):
             try:
                 with open_netns(self._host) as hns, netlink(hns) as ipr:
-                    node = Side(hns, ipr)
-                    sides = [
-                        podend.find_node_side(mark, end, node) for end in (row.local, row.peer)
-                    ]
-                    indexes = [found.index if found else None for found in sides]
-                    for end, other in ((row.local, indexes[1]), (row.peer, indexes[0])):
+                    for end in (row.local, row.peer):
                         if (end.netns, end.intf) not in keep:
-                            podend.release(mark, end, node, other, reaper)
+                            podend.release(mark, end, Side(hns, ipr), row.kind, reaper)
             except (NetnsGone, NotANetns):
                 return

@@ -74,7 +74,7 @@ class VxlanDriver:
             node = Side(hns, stack.enter_context(netlink(hns)))
             ns = stack.enter_context(open_netns(end.netns))
             pod = Side(ns, stack.enter_context(netlink(ns)))
-            pod_end = podend.ensure(mark, end, row.mtu, pod, node, self._reaper)
+            pod_end = podend.ensure(mark, end, row.kind, row.mtu, pod, node, self._reaper)
             found = claim(mark, node.ipr, self._host, name)
             if found is None or found.kind != KIND or not _has(found, want):
                 if found is not None:
@@ -104,7 +104,7 @@ class VxlanDriver:
                     found = iface.find(ipr, name)
                     ours = found is not None and (found.mark == mark or found.half_made)
                     if (row.local.netns, row.local.intf) not in keep:
-                        podend.release(mark, row.local, node, found.index if found else None)
+                        podend.release(mark, row.local, node, row.kind)
                     if found is not None and ours:
                         iface.delete(ipr, found.index)
             except (NetnsGone, NotANetns):

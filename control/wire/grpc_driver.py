@@ -72,7 +72,7 @@ class GrpcDriver:
             node = Side(hns, stack.enter_context(netlink(hns)))
             ns = stack.enter_context(open_netns(end.netns))
             pod = Side(ns, stack.enter_context(netlink(ns)))
-            pod_end = podend.ensure(mark, end, row.mtu, pod, node, self._reaper)
+            pod_end = podend.ensure(mark, end, row.kind, row.mtu, pod, node, self._reaper)
             found = claim(mark, node.ipr, self._host, name)
             fd = None
             if found is None or found.kind != KIND:
@@ -105,7 +105,7 @@ class GrpcDriver:
                     found = iface.find(ipr, name)
                     if (row.local.netns, row.local.intf) not in keep:
                         node = Side(hns, ipr)
-                        podend.release(mark, row.local, node, found.index if found else None)
+                        podend.release(mark, row.local, node, row.kind)
                     if found is not None and found.kind == KIND and found.mark == mark:
                         iface.delete(ipr, found.index)
                     clear_leftovers(ipr, mark, [temp_name(row.key, Role.TAP)], self._host)
@@ -123,10 +123,7 @@ class GrpcDriver:
         with blame(mark.link, row.local.netns, row.local.intf):
             try:
                 with open_netns(self._host) as hns, netlink(hns) as ipr:
-                    found = iface.find(ipr, node_name(row.key, NodeRole.TAP))
-                    node = Side(hns, ipr)
-                    carried_by = found.index if found else None
-                    podend.release(mark, row.local, node, carried_by, self._reaper)
+                    podend.release(mark, row.local, Side(hns, ipr), row.kind, self._reaper)
             except (NetnsGone, NotANetns):
                 return
 
