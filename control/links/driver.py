@@ -20,6 +20,7 @@ from ..tables.links import LinkKind, LinkRow
 from . import iface
 from .announce import Announcer
 from .aside import Reaper
+from .detached import DetachedDriver
 from .errors import SpecError, blame
 from .macvlan import MacvlanDriver
 from .names import Mark
@@ -166,7 +167,7 @@ def kernel_drivers(
     reaper: Reaper | None = None,
     announcer: Announcer | None = None,
 ) -> dict[LinkKind, KindDriver]:
-    """The netlink drivers for veth, vxlan and macvlan.
+    """The netlink drivers for veth, vxlan, macvlan and detached ends.
 
     `host_netns`: the node's netns, where the pod ends' node sides, the vxlan
     devices and their UDP sockets live and macvlan host interfaces are; "" means
@@ -180,4 +181,5 @@ def kernel_drivers(
         LinkKind.VETH: VethDriver(host_netns, reaper),
         LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port, announcer, reaper),
         LinkKind.MACVLAN: MacvlanDriver(host_netns, announcer),
+        LinkKind.DETACHED: DetachedDriver(host_netns, reaper),
     }
