@@ -168,3 +168,41 @@ def test_an_interface_meshwire_did_not_create_is_never_deleted_even_holding_a_wa
         assert read_interfaces(lab.pod_netns("r2"))["eth2"] == foreign
         # r3's other link is built all the same.
         assert lab.ping("r3", "13.13.13.1")
+
+
+def test_a_deleted_peer_leaves_its_neighbours_interfaces_without_carrier_until_it_is_back(
+    tmp_path: Path,
+) -> None:
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        assert_every_link_wired(lab)
+        before = {pod: lab.interfaces(pod) for pod in ("r1", "r2")}
+        towards_r3 = [
+            (other.pod.partition("/")[2], other.intf)
+            for link in lab.links()
+            for end, other in ((link.a, link.b), (link.b, link.a))
+            if end.pod == "default/r3"
+        ]
+        assert towards_r3
+
+        lab.cni_del("r3")
+
+        def idle() -> bool:
+            return all(flags(lab, pod, intf) == {"UP"} for pod, intf in towards_r3)
+
+        wait_until(idle, "r3's neighbours up without carrier on their ends towards it")
+        for pod in ("r1", "r2"):
+            assert {n: i.ifindex for n, i in lab.interfaces(pod).items()} == {
+                n: i.ifindex for n, i in before[pod].items()
+            }
+        lab.cni_add("r3")
+        assert_every_link_wired(lab)
+        for pod in ("r1", "r2"):
+            assert lab.interfaces(pod) == before[pod]
+
+
+def flags(lab: OneNodeLab, pod: str, intf: str) -> set[str]:
+    """UP and LOWER_UP among `intf`'s flags: admin-up, carrier."""
+    shown = run_in(lab.pod_netns(pod), ["ip", "-j", "link", "show", intf])
+    assert shown.returncode == 0, shown.stderr
+    [found] = json.loads(shown.stdout)
+    return set(found["flags"]) & {"UP", "LOWER_UP"}

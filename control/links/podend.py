@@ -32,11 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..tables.links import End, LinkKind
+from ..tables.links import End, LinkKind, LinkRow
 from . import iface, rtnl
 from .aside import Reaper
 from .lifecycle import Target, claim, create_marked
-from .names import BUILD_GROUP, Mark, pod_peer_name
+from .names import BUILD_GROUP, Mark, NodeRole, node_name, pod_peer_name
 from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
@@ -59,6 +59,21 @@ class PodEnd:
 
     pod: iface.Iface
     node: iface.Iface
+
+
+def node_interfaces(row: LinkRow) -> set[str]:
+    """The names of what `row` wants in the node's netns: its pod ends' node sides and
+    its transport's device (a vxlan device, a TAP); pruning keeps these."""
+    names = {
+        pod_peer_name(row.namespace, end.pod, end.intf)
+        for end in row.ends()
+        if row.kind is not LinkKind.MACVLAN
+    }
+    if row.kind is LinkKind.VXLAN:
+        names.add(node_name(row.key, NodeRole.VXLAN))
+    elif row.kind is LinkKind.GRPC:
+        names.add(node_name(row.key, NodeRole.TAP))
+    return names
 
 
 def holder_group(kind: LinkKind) -> int:
