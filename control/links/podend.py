@@ -11,11 +11,14 @@ sees carrier exactly while the node side is up, which is how a pulled cable
 or an absent far end is shown to it (`set_carrier`).
 
 Each node side says which kind of row holds its pod end now, in its interface
-group (`holder_group`): a link that changes kind changes its row's key (a
-veth row is the pair's, every other kind's is the end's), so the old row's
-removal and the new row's build are two keys the reconciler runs apart, in
-either order. The old row's removal leaves an end that a row of another kind
-holds (`release`); the new row's build takes the end over as it is.
+group (`holder_group`). A link that changes kind between a veth and another
+kind changes its row's key (a veth row is the pair's, every other kind's is
+the end's): the reconciler builds the new row at once and removes the old one
+only after the queue's quiet, so the new row takes the end over as it is, and
+the old row's removal leaves an end that a row of another kind holds
+(`release`). (Had the removal come first, the end would be made again.) A
+change of kind under one key (vxlan, grpc, detached) is a move, which keeps
+the ends the new row has.
 
 A pod end is intact when the pod side is a veth marked for the link whose
 peer is the node side, in the node's netns, and the other way round.
