@@ -28,8 +28,10 @@ from links_helpers import (
     vxlan_row,
 )
 
+from meshwire.control.links import podend
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
+from meshwire.control.links.names import Mark
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -131,3 +133,20 @@ def test_a_cross_node_peer_deleted_and_back_leaves_the_survivors_interface_as_it
     assert identity(p1) == before
     assert carrier(p1, "eth1")
     assert pings(p1, "10.1.0.2")
+
+
+def test_a_wires_teardown_cannot_take_the_carrier_of_an_end_another_kind_holds(
+    namespaces: Namespaces, reaper: Reaper
+) -> None:
+    # The link left the workers for the kernel's path: the veth row holds the end
+    # now, and the old wire's last word (no carrier) must not reach the pod.
+    host = namespaces.add("host")
+    driver = Drivers(kernel_drivers(host_netns=host, reaper=reaper))
+    a, b = namespaces.add("a"), namespaces.add("b")
+    row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
+    driver.update(row)
+    mark = Mark(row.namespace, row.uid)
+    podend.give_carrier(host, mark, row.local, LinkKind.GRPC, False)
+    assert carrier(a, "eth1") and pings(a, "10.0.0.2")
+    podend.give_carrier(host, mark, row.local, LinkKind.VETH, False)
+    assert not carrier(a, "eth1")

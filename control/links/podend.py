@@ -127,14 +127,16 @@ def set_carrier(node: Side, end: PodEnd, on: bool) -> None:
         iface.set_link(node.ipr, end.node.index, up=on, down=not on)
 
 
-def give_carrier(host: str, mark: Mark, end: End, on: bool) -> None:
-    """`set_carrier` for `end` by name, its node side in the netns at `host`; an end that
-    is not there (not built yet, its pod gone) is left alone: its next build starts
-    without carrier and asks again."""
+def give_carrier(host: str, mark: Mark, end: End, holder: LinkKind, on: bool) -> None:
+    """`set_carrier` for `end` by name, its node side in the netns at `host`, if a row of
+    kind `holder` holds it. An end that is not there (not built yet, its pod gone)
+    is left alone: its next build starts without carrier and asks again; so is one
+    that a row of another kind holds now (the link left the workers: the wire's
+    teardown must not take the new transport's carrier)."""
     with open_netns(host) as ns, netlink(ns) as ipr:
         node = Side(ns, ipr)
         found = find_node_side(mark, end, node)
-        if found is not None and found.up != on:
+        if found is not None and found.group == holder_group(holder) and found.up != on:
             iface.set_link(ipr, found.index, up=on, down=not on)
 
 

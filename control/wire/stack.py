@@ -47,7 +47,7 @@ from meshwire.control.links import podend
 from meshwire.control.links.errors import SpecError
 from meshwire.control.links.names import Mark
 from meshwire.control.links.netns import CURRENT
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.tables.links import LinkKind, LinkRow
 from meshwire.control.wire.grpc_driver import GrpcDriver
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import Desired, WireManager
@@ -216,4 +216,4 @@ class _SameNodeOnly(GrpcDriver):
 
 def _pod_carrier(row: LinkRow, on: bool) -> None:
     """Carrier for the row's pod end, whose node side is in the daemon's own netns."""
-    podend.give_carrier(CURRENT, Mark(row.namespace, row.uid), row.local, on)
+    podend.give_carrier(CURRENT, Mark(row.namespace, row.uid), row.local, LinkKind.GRPC, on)
