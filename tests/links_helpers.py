@@ -76,6 +76,13 @@ def links(netns: str) -> dict[str, dict[str, Any]]:
     return {item["ifname"]: item for item in json.loads(ip("-n", name, "-d", "-j", "link"))}
 
 
+def carrier(netns: str, intf: str) -> bool:
+    """Whether `intf` in `netns` has carrier (LOWER_UP); it must be admin-up."""
+    flags = links(netns)[intf]["flags"]
+    assert "UP" in flags, f"{intf} is admin-down: {flags}"
+    return "LOWER_UP" in flags
+
+
 def addresses(netns: str, intf: str) -> set[str]:
     """The global-scope addresses of `intf` as CIDRs."""
     name = os.path.basename(netns)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,8 @@ PAUSE_LIMIT = 10.0
 class FakeIface:
     mark: str  # "ns/uid", "" for an interface meshwire did not create
     ifindex: int
+    # The kind of row that holds this pod end now ("" none yet): see links/podend.py.
+    holder: str = ""
 
 
 @dataclass
@@ -85,8 +87,11 @@ class FakeDriver:
     """A `LinkDriver` over a dict kernel, with the real drivers' ownership rules.
 
     `update` creates missing ends and keeps existing ones of the same link (same
-    ifindex); a name held by an unmarked interface is a `SpecError`, by another
-    link's a `LinkError`. `delete` and `remove` touch only marked interfaces.
+    ifindex) and takes them over; a name held by an unmarked interface is a
+    `SpecError`, by another link's a `LinkError`. `delete` and `remove` touch only
+    marked interfaces, and `delete` leaves the ends in `keep` and those a row of
+    another kind holds now. Each pod end is its own: a netns gone takes only its
+    own interfaces.
     Called from the reconciler's pool threads, hence the lock.
     """
 
@@ -116,20 +121,26 @@ class FakeDriver:
                 if (end.netns, end.intf) not in self.kernel:
                     self.kernel[(end.netns, end.intf)] = FakeIface(mark, self.next_index)
                     self.next_index += 1
+                self.kernel[(end.netns, end.intf)].holder = row.kind.value
             self.log.append(f"update({row.key})")
 
-    def delete(self, row: LinkRow) -> None:
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
         with self.lock:
             self._maybe_fail("delete", row)
             mark = f"{row.namespace}/{row.uid}"
             for end in row.ends():
                 found = self.kernel.get((end.netns, end.intf))
-                if found is not None and found.mark == mark:
+                if (
+                    found is not None
+                    and found.mark == mark
+                    and (end.netns, end.intf) not in keep
+                    and found.holder in ("", row.kind.value)
+                ):
                     del self.kernel[(end.netns, end.intf)]
             self.log.append(f"delete({row.key})")
 
     def move(self, previous: LinkRow, row: LinkRow) -> None:
-        self.delete(previous)
+        self.delete(previous, {(end.netns, end.intf) for end in row.ends()})
 
     def owned(self, netns: str) -> list[OwnedInterface]:
         with self.lock:
@@ -149,9 +160,8 @@ class FakeDriver:
 
     def netns_gone(self, netns: str) -> None:
         with self.lock:
-            marks = {f.mark for (ns, _), f in self.kernel.items() if ns == netns and f.mark}
-            for key, found in list(self.kernel.items()):
-                if key[0] == netns or found.mark in marks:
+            for key in list(self.kernel):
+                if key[0] == netns:
                     del self.kernel[key]
 
     def _maybe_fail(self, op: str, row: LinkRow) -> None:

@@ -6,8 +6,12 @@ import pytest
 
 from meshwire.control.links.names import (
     Mark,
+    NodeRole,
     Role,
+    is_aside,
+    node_name,
     parse_mark,
+    pod_peer_name,
     temp_name,
 )
 from meshwire.control.model.names import MAX_INTERFACE_BYTES
@@ -32,3 +36,12 @@ def test_temporary_names_fit_ifnamsiz_and_are_stable_and_distinct() -> None:
     assert len(names) == 2000 * len(Role)
     assert all(len(name.encode()) <= MAX_INTERFACE_BYTES for name in names)
     assert temp_name("lab/1", Role.VETH_LOCAL) == temp_name("lab/1", Role.VETH_LOCAL)
+
+
+def test_node_names_fit_ifnamsiz_and_are_stable_and_distinct_per_role() -> None:
+    keys = [f"lab/r{pod}/eth{intf}" for pod in range(100) for intf in range(20)]
+    names = {node_name(key, role) for key in keys for role in NodeRole}
+    assert len(names) == len(keys) * len(NodeRole)
+    assert all(len(name.encode()) == MAX_INTERFACE_BYTES for name in names)
+    assert pod_peer_name("lab", "r1", "eth1") == node_name("lab/r1/eth1", NodeRole.POD_PEER)
+    assert not any(is_aside(name) for name in names)

@@ -1,4 +1,8 @@
-"""veth links between two pods of this node, realised in real network namespaces."""
+"""veth links between two pods of this node, realised in real network namespaces.
+
+Each pod holds a pod end (a veth whose peer is in the node's netns, here the
+test's own `host` netns); the link is the two node sides stitched together.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import pytest
 from links_helpers import (
     Namespaces,
     addresses,
+    carrier,
     ip,
     links,
     namespaces,
@@ -22,7 +27,7 @@ from meshwire.control.links import rtnl
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.links.names import BUILD_GROUP, Role, temp_name
+from meshwire.control.links.names import BUILD_GROUP, pod_peer_name
 from meshwire.control.links.netns import netlink, open_netns
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -41,12 +46,23 @@ def reaper() -> Iterator[Reaper]:
 
 
 @pytest.fixture
-def driver(namespaces: Namespaces, reaper: Reaper) -> Drivers:
-    # Pairs are born in a host netns of the test's own, never in the real root netns.
-    return Drivers(kernel_drivers(host_netns=namespaces.add("host"), reaper=reaper))
+def host(namespaces: Namespaces) -> str:
+    # Node sides live in a host netns of the test's own, never in the real root netns.
+    return namespaces.add("host")
 
 
-def test_pair_carries_v4_and_v6_between_the_pods(namespaces: Namespaces, driver: Drivers) -> None:
+@pytest.fixture
+def driver(host: str, reaper: Reaper) -> Drivers:
+    return Drivers(kernel_drivers(host_netns=host, reaper=reaper))
+
+
+def node_sides(host: str) -> set[str]:
+    return {name for name in links(host) if name.startswith("mn")}
+
+
+def test_pair_carries_v4_and_v6_between_the_pods(
+    namespaces: Namespaces, driver: Drivers, host: str
+) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30", mtu=9000)
     driver.update(row)
@@ -58,6 +74,10 @@ def test_pair_carries_v4_and_v6_between_the_pods(namespaces: Namespaces, driver:
 
     end_a, end_b = links(a)["eth1"], links(b)["eth1"]
     assert end_a["linkinfo"]["info_kind"] == end_b["linkinfo"]["info_kind"] == "veth"
+    # Each pod end's peer is its node side, in the node's netns.
+    assert node_sides(host) == {
+        pod_peer_name("lab", pod, intf) for pod in ("r1", "r2") for intf in ("eth1", "e2")
+    }
     assert end_a["ifalias"] == end_b["ifalias"] == "meshwire:lab/1"
     assert end_a["mtu"] == end_b["mtu"] == 9000
     assert "UP" in end_a["flags"] and "UP" in end_b["flags"]
@@ -80,14 +100,17 @@ def test_a_second_update_changes_nothing(namespaces: Namespaces, driver: Drivers
     assert addresses(a, "eth1") == {"10.0.0.1/30"}
 
 
-def test_a_deleted_end_is_repaired(namespaces: Namespaces, driver: Drivers) -> None:
+def test_a_deleted_end_is_repaired_and_the_other_end_kept(
+    namespaces: Namespaces, driver: Drivers
+) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
     driver.update(row)
-    ip("-n", netns_name(b), "link", "del", "eth1")  # takes its peer along
-    assert "eth1" not in links(a)
+    kept = links(a)["eth1"]["ifindex"]
+    ip("-n", netns_name(b), "link", "del", "eth1")  # takes its node side along
     driver.update(row)
     assert pings(a, "10.0.0.2")
+    assert links(a)["eth1"]["ifindex"] == kept
 
 
 @pytest.mark.parametrize("restarted", ["local", "peer"])
@@ -97,22 +120,27 @@ def test_pod_restart_in_a_new_netns_is_repaired_from_the_same_row(
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30")
     driver.update(row)
+    survivor = b if restarted == "local" else a
+    kept = links(survivor)["eth1"]["ifindex"]
     namespaces.recreate(a if restarted == "local" else b)
     driver.update(row)
     assert pings(a, "10.0.0.2") and pings(b, "10.0.0.1")
+    assert links(survivor)["eth1"]["ifindex"] == kept
 
 
 def test_peer_netns_moved_while_the_old_one_lives_on(
     namespaces: Namespaces, driver: Drivers, reaper: Reaper
 ) -> None:
     # The pod restarted under a new netns path while its old netns is still held
-    # open: the surviving end is paired with the dead pod and must be re-paired.
+    # open: its old end's node side holds the name the new one needs.
     a, old_b, new_b = namespaces.add("a"), namespaces.add("b"), namespaces.add("b2")
     driver.update(veth_row(a, old_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
+    kept = links(a)["eth1"]["ifindex"]
     driver.update(veth_row(a, new_b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
     assert "eth1" in links(new_b)
     assert pings(a, "10.0.0.2")
-    # The old pair goes with the end set aside in a, a moment later.
+    assert links(a)["eth1"]["ifindex"] == kept
+    # The old end goes with its node side, set aside and deleted a moment later.
     assert reaper.settle(WAIT)
     assert "eth1" not in links(old_b)
     assert set(links(a)) == {"lo", "eth1"}
@@ -150,9 +178,11 @@ def test_name_taken_by_a_foreign_interface_is_a_spec_error_and_left_alone(
     message = str(caught.value)
     assert "lab/1" in message and b in message and "'eth1'" in message
     assert links(b)["eth1"] == foreign
-    assert "eth1" not in links(a)
+    # a's end is made, without carrier: its far end cannot be.
+    assert not carrier(a, "eth1")
     driver.delete(veth_row(a, b))
     assert links(b)["eth1"] == foreign
+    assert "eth1" not in links(a)
 
 
 def test_missing_netns_is_transient_and_names_the_path(
@@ -166,13 +196,14 @@ def test_missing_netns_is_transient_and_names_the_path(
 
 
 def test_delete_removes_both_ends_and_is_idempotent(
-    namespaces: Namespaces, driver: Drivers
+    namespaces: Namespaces, driver: Drivers, host: str
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b)
     driver.update(row)
     driver.delete(row)
     assert set(links(a)) == set(links(b)) == {"lo"}
+    assert node_sides(host) == set()
     driver.delete(row)
     namespaces.recreate(b)
     ip("netns", "del", netns_name(b))
@@ -180,15 +211,16 @@ def test_delete_removes_both_ends_and_is_idempotent(
 
 
 @pytest.mark.parametrize("then", ["update", "delete"])
-def test_a_half_made_pair_left_by_a_crash_is_cleared(
-    namespaces: Namespaces, driver: Drivers, then: str
+def test_a_half_made_pod_end_left_by_a_crash_is_cleared(
+    namespaces: Namespaces, driver: Drivers, host: str, then: str
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     row = veth_row(a, b)
-    # A crash right after creation: the pair sits under its final names, in the
-    # build group, not marked yet.
-    with open_netns(a) as ans, open_netns(b) as bns, netlink(ans) as ipr:
-        ipr.rtnl.request(rtnl.new_veth("eth1", "eth1", bns.fd, group=BUILD_GROUP))
+    # A crash right after creation: the pod end sits under its final names, in
+    # the build group, not marked yet.
+    with open_netns(a) as ans, open_netns(host) as hns, netlink(ans) as ipr:
+        node_side = pod_peer_name("lab", "r1", "eth1")
+        ipr.rtnl.request(rtnl.new_veth("eth1", node_side, hns.fd, group=BUILD_GROUP))
     assert links(a)["eth1"]["group"] == str(BUILD_GROUP)
     getattr(driver, then)(row)
     assert set(links(a)) == set(links(b)) == ({"lo", "eth1"} if then == "update" else {"lo"})
@@ -214,17 +246,29 @@ def test_a_half_made_pair_no_row_wants_is_listed_for_pruning_and_removed(
     assert set(links(b)) == {"lo", "nos8"}
 
 
-def test_a_temporary_name_left_by_an_earlier_version_goes_with_the_row(
+def test_a_pair_made_by_an_earlier_version_becomes_two_pod_ends(
     namespaces: Namespaces, driver: Drivers
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
-    row = veth_row(a, b)
-    # An earlier version created under temporary names, then renamed.
-    local_temp, peer_temp = temp_name(row.key, Role.VETH_LOCAL), temp_name(row.key, Role.VETH_PEER)
-    peer_end = [peer_temp, "netns", netns_name(b)]
-    ip("-n", netns_name(a), "link", "add", local_temp, "type", "veth", "peer", *peer_end)
-    driver.delete(row)
-    assert set(links(a)) == set(links(b)) == {"lo"}
+    # An earlier version joined the two pods with one veth pair, straight across.
+    ip(
+        "-n",
+        netns_name(a),
+        "link",
+        "add",
+        "eth1",
+        "type",
+        "veth",
+        "peer",
+        "eth1",
+        "netns",
+        netns_name(b),
+    )
+    for pod in (a, b):
+        ip("-n", netns_name(pod), "link", "set", "eth1", "alias", "meshwire:lab/1")
+    driver.update(veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
+    assert pings(a, "10.0.0.2")
+    assert links(a)["eth1"]["link_netnsid"] == links(b)["eth1"]["link_netnsid"]
 
 
 def test_both_ends_named_alike_in_one_netns_is_a_spec_error(

@@ -69,11 +69,15 @@ def test_a_pod_of_another_node_or_not_started_yields_nothing() -> None:
     assert derived.rows == {} and derived.problems == {}
 
 
-def test_a_link_to_a_peer_that_is_not_running_waits_without_a_problem() -> None:
+def test_a_link_to_a_peer_that_is_not_running_is_a_detached_end_without_a_problem() -> None:
     table = two_pods(NODE_A, "")
     derived = derive_pods(table, {"default/r1"}, ON_A, SLOTS)
-    assert derived.rows == {} and derived.problems == {}
-    assert derived.waiting_for_slot == set()  # nothing is due: the peer comes later
+    assert derived.problems == {}
+    [row] = derived.rows.values()
+    # The pod holds its interface, without carrier, until the peer runs.
+    assert row.key == "default/1/r1" and row.kind is LinkKind.DETACHED
+    assert (row.local.pod, row.peer.pod, row.peer.netns) == ("r1", "r2", "")
+    assert derived.waiting_for_slot == set()  # no id is due: the peer comes later
 
 
 class NoSlotYet:
@@ -181,8 +185,15 @@ class TestDesiredLinks:
         assert self.desired.step() == {"default/x1", "default/x2"}
         assert self.links.revision == revision
 
-    def test_a_pod_deleted_takes_its_links(self) -> None:
+    def test_a_pod_deleted_takes_its_links_and_its_peer_keeps_a_detached_end(self) -> None:
         self.topologies.delete("default/r1")
+        self.desired.step()
+        [row] = [entry.obj for entry in self.links.rows()]
+        assert row.key == "default/1/r2" and row.kind is LinkKind.DETACHED
+
+    def test_a_pod_deleted_with_its_peer_takes_every_link(self) -> None:
+        self.topologies.delete("default/r1")
+        self.topologies.delete("default/r2")
         self.desired.step()
         assert len(self.links) == 0
 

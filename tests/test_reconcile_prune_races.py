@@ -23,21 +23,25 @@ from meshwire.control.tables.links import State
 
 
 async def left_over_link(scenario: Scenario) -> None:
-    """r1 placed, its link to r2 not wanted yet (r2 is not placed), and r1's end of it
-    left in r1's netns by the daemon's previous run."""
+    """r1 and r2 placed, their link not wanted yet (not in their Topology yet), and r1's
+    end of it left in r1's netns by the daemon's previous run."""
     scenario.cmd_pod("r1", "r2")
-    scenario.cmd_link("1", "r1:eth1", "r2:eth1")
     scenario.cmd_place("r1", "/ns/r1")
+    scenario.cmd_place("r2", "/ns/r2")
     scenario.cmd_iface("/ns/r1", "eth1", "default/1")
     scenario.cmd_synced()
     await scenario.cmd_settle()
     assert scenario.daemon.reconciler.ends_wanted() == set()
 
 
+def link_added(scenario: Scenario) -> None:
+    scenario.cmd_link("1", "r1:eth1", "r2:eth1")
+
+
 @contextlib.asynccontextmanager
 async def peer_placed_while_paused_in(method: str) -> AsyncIterator[Scenario]:
-    """A prune pass over `left_over_link`, paused in the driver's `method` while r2 is
-    placed (its row derived and reconciled), then let finish."""
+    """A prune pass over `left_over_link`, paused in the driver's `method` while the link
+    is added (its row derived and reconciled), then let finish."""
     scenario = Scenario(method)
     await left_over_link(scenario)
     pause = Pause()
@@ -45,7 +49,7 @@ async def peer_placed_while_paused_in(method: str) -> AsyncIterator[Scenario]:
     try:
         pruning = asyncio.create_task(scenario.cmd_prune())
         await pause.wait_reached()
-        scenario.cmd_place("r2", "/ns/r2")
+        link_added(scenario)
         await scenario.cmd_settle()
         assert ("/ns/r1", "eth1") in scenario.daemon.reconciler.ends_wanted()
         pause.go.set()
@@ -75,7 +79,7 @@ async def test_a_row_whose_interface_a_prune_removed_shows_pending_until_rebuilt
     scenario = Scenario("recheck")
     try:
         await left_over_link(scenario)
-        scenario.cmd_place("r2", "/ns/r2")
+        link_added(scenario)
         await scenario.cmd_settle()
         reconciler = scenario.daemon.reconciler
         links = reconciler.links

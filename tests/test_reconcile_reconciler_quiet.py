@@ -82,8 +82,14 @@ async def test_a_restarted_pods_link_is_rebuilt_at_once_even_right_after_a_pass(
         await scenario.cmd_settle()
 
         assert scenario.clock.now() == 0.0
-        # The old ends are cleared (the fake driver logs move as a delete), then built.
-        assert scenario.driver.log == [f"update({KEY})", f"delete({KEY})", f"update({KEY})"]
+        # The old ends are cleared (the fake driver logs move as a delete), then built;
+        # meanwhile r1 held its end alone (a detached row), built at once too.
+        assert scenario.driver.log == [
+            f"update({KEY})",
+            f"update({KEY}/r1)",
+            f"delete({KEY})",
+            f"update({KEY})",
+        ]
         assert ("/ns/r2-restarted", "eth1") in scenario.driver.kernel
     finally:
         await scenario.daemon.stop()

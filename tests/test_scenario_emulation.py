@@ -25,6 +25,7 @@ from lab_helpers import Lab, in_ns, unique_lab
 
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
+from meshwire.control.links.names import NodeRole, node_name
 
 pytestmark = pytest.mark.root
 
@@ -311,8 +312,10 @@ def test_a_same_node_emulated_link_is_carried_tap_to_tap_inside_one_worker(
     text = metrics(lab, 1)
     assert metric(text, "meshwire_wire_stream_refs", peer=f"{node_ip(1)}:*") is None, text
     workers = worker_pids(lab, 1)
-    holders = tap_holders(workers, "eth2") | tap_holders(workers, "eth1")
-    assert len(holders) == 1 and tap_holders(workers, "eth2") == tap_holders(workers, "eth1")
+    # Each end's TAP is in the node's netns, named for its row (ns/uid/pod).
+    r1_tap, r3_tap = (node_name(f"default/2/{pod}", NodeRole.TAP) for pod in ("r1", "r3"))
+    holders = tap_holders(workers, r1_tap) | tap_holders(workers, r3_tap)
+    assert len(holders) == 1 and tap_holders(workers, r1_tap) == tap_holders(workers, r3_tap)
     delayed_frames = {"pod": "r1", "intf": "eth2", "action": "delayed"}
     assert (metric(text, "meshwire_link_impaired_frames_total", **delayed_frames) or 0) > 0, text
     # The first impairment rebuilt the veth once, and the pods' Topology status says so.

@@ -74,9 +74,9 @@ def test_a_peer_pod_restarting_in_a_new_netns_gets_its_links_back(
             print(f"\n[measured] r3 restart: links up {seconds * 1000:.0f} ms after the ADD began")
         assert_every_link_wired(lab)
         r1_after = lab.interfaces("r1")
-        # The r1-r2 link was not touched; r1's end towards r3 is a new veth.
+        # r1's interfaces are as they were, its end towards r3 included.
         assert r1_after["eth1"].ifindex == r1_before["eth1"].ifindex
-        assert r1_after["eth2"].ifindex != r1_before["eth2"].ifindex
+        assert r1_after["eth2"].ifindex == r1_before["eth2"].ifindex
 
 
 def test_a_pod_restarted_without_a_del_in_a_netns_at_the_same_path_gets_its_links_back(
@@ -139,9 +139,11 @@ def test_an_interface_meshwire_did_not_create_is_never_deleted_even_holding_a_wa
     tmp_path: Path,
 ) -> None:
     with one_node_lab(tmp_path, "3node.yml") as lab:
-        # r3 goes away; a NOS-made eth2 appears in r2 where r3's link wants one.
+        # r3 goes away: r2 keeps its end towards r3, without carrier. Then the NOS
+        # deletes that end and makes an eth2 of its own where r3's link wants one.
         lab.cni_del("r3")
-        wait_until(lambda: "eth2" not in lab.interfaces("r2"), "r2's end towards r3 gone")
+        wait_until(lambda: not lab.interfaces("r2")["eth2"].up, "r2's end towards r3 idle")
+        assert run_in(lab.pod_netns("r2"), ["ip", "link", "del", "eth2"]).returncode == 0
         add_foreign(lab.pod_netns("r2"), "eth2")
         foreign = lab.interfaces("r2")["eth2"]
         lab.cni_add("r3")
@@ -166,3 +168,41 @@ def test_an_interface_meshwire_did_not_create_is_never_deleted_even_holding_a_wa
         assert read_interfaces(lab.pod_netns("r2"))["eth2"] == foreign
         # r3's other link is built all the same.
         assert lab.ping("r3", "13.13.13.1")
+
+
+def test_a_deleted_peer_leaves_its_neighbours_interfaces_without_carrier_until_it_is_back(
+    tmp_path: Path,
+) -> None:
+    with one_node_lab(tmp_path, "3node.yml") as lab:
+        assert_every_link_wired(lab)
+        before = {pod: lab.interfaces(pod) for pod in ("r1", "r2")}
+        towards_r3 = [
+            (other.pod.partition("/")[2], other.intf)
+            for link in lab.links()
+            for end, other in ((link.a, link.b), (link.b, link.a))
+            if end.pod == "default/r3"
+        ]
+        assert towards_r3
+
+        lab.cni_del("r3")
+
+        def idle() -> bool:
+            return all(flags(lab, pod, intf) == {"UP"} for pod, intf in towards_r3)
+
+        wait_until(idle, "r3's neighbours up without carrier on their ends towards it")
+        for pod in ("r1", "r2"):
+            assert {n: i.ifindex for n, i in lab.interfaces(pod).items()} == {
+                n: i.ifindex for n, i in before[pod].items()
+            }
+        lab.cni_add("r3")
+        assert_every_link_wired(lab)
+        for pod in ("r1", "r2"):
+            assert lab.interfaces(pod) == before[pod]
+
+
+def flags(lab: OneNodeLab, pod: str, intf: str) -> set[str]:
+    """UP and LOWER_UP among `intf`'s flags: admin-up, carrier."""
+    shown = run_in(lab.pod_netns(pod), ["ip", "-j", "link", "show", intf])
+    assert shown.returncode == 0, shown.stderr
+    [found] = json.loads(shown.stdout)
+    return set(found["flags"]) & {"UP", "LOWER_UP"}

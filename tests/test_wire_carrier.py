@@ -97,3 +97,36 @@ def test_a_tap_new_to_the_manager_is_announced_once_its_carrier_is_on(prefix: st
     finally:
         manager.close()
         os.close(pod.fd)
+
+
+def test_the_pod_end_is_told_the_wires_carrier_on_every_change_and_every_attach(
+    prefix: str,
+) -> None:
+    # The pod sees its pod end, not the TAP: the manager gives it the same carrier.
+    pod = make_pod(prefix, "a", "10.0.0.1/24")
+    pool = PerfectPool()
+    told: list[tuple[str, bool]] = []
+    manager = WireManager(
+        "169.254.0.11",
+        True,
+        pool,
+        WorkQueue(),
+        pod_carrier=lambda row, on: told.append((row.key, on)),
+    )
+    pool.desired = manager.desired
+    row = grpc_row(1, "r1", "r2", FAR, netns=pod.path)
+    far = grpc_row(1, "r2", "r1", "169.254.0.11")
+    try:
+        manager.attach(row, TapRef((1, 1), 1), os.dup(pod.fd))
+        assert told[-1] == (row.key, False)
+        (answer,) = manager.offered(FAR, True, [offer(Wire(far, TapRef((9, 9), 9), -1, 1), 1)])
+        assert answer.error == "" and told[-1] == (row.key, True)
+        # A new pod end behind the same TAP (its pod restarted) is told again.
+        count = len(told)
+        manager.attach(row, TapRef((1, 1), 1), None)
+        assert told[count:] == [(row.key, True)]
+        manager.withdrawn(FAR, [meshwire_pb2.WireEnd(namespace="lab", uid=1, pod="r1")])
+        assert told[-1] == (row.key, False)
+    finally:
+        manager.close()
+        os.close(pod.fd)

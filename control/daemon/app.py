@@ -67,7 +67,7 @@ from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import prune
-from meshwire.control.reconcile.reconciler import LinkReconciler
+from meshwire.control.reconcile.reconciler import NODE_NETNS, LinkReconciler
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
 from meshwire.control.tables.links import LinkKind, new_links_table, pods_of
 from meshwire.control.tables.topologies import TopologyTable
@@ -374,6 +374,8 @@ class Daemon:
             for key in self.topologies.on_node(self.config.node_ip)
             if (t := self.topologies.get(key)) is not None and t.status.net_ns
         }
+        # And the node's own: node sides, vxlan devices and TAPs no row wants.
+        namespaces.add(NODE_NETNS)
         removed = await prune(self.reconciler, self.driver, namespaces)
         if removed:
             self.metrics.pruned.inc(removed)

@@ -12,7 +12,7 @@ the netns and the interface. Nothing else escapes a driver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -20,6 +20,7 @@ from ..tables.links import LinkKind, LinkRow
 from . import iface
 from .announce import Announcer
 from .aside import Reaper
+from .detached import DetachedDriver
 from .errors import SpecError, blame
 from .macvlan import MacvlanDriver
 from .names import Mark
@@ -52,9 +53,11 @@ class KindDriver(Protocol):
         """
         ...
 
-    def delete(self, row: LinkRow) -> None:
-        """Remove what `row` created. Deleting what does not exist (or whose netns
-        vanished) is success; interfaces not marked for this link are left alone."""
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        """Remove what `row` created, but the pod ends in `keep` ((netns, intf): the row
+        that replaces it holds them) and any pod end another transport holds now
+        (podend.release). Deleting what does not exist (or whose netns vanished)
+        is success; interfaces not marked for this link are left alone."""
         ...
 
 
@@ -62,12 +65,12 @@ class KindDriver(Protocol):
 class KeepsAcrossMoves(Protocol):
     """A kind that clears a link's old ends its own way when they move and the kind
     stays: grpc keeps the link's state (the wire's id and stream depend on the
-    link, not on where its TAP is); veth frees the old ends' names at once and
-    deletes them a moment later, so the new pair waits for no deletion."""
+    link, not on where its pod end is); veth frees the old ends' names at once and
+    deletes them a moment later, so the new ends wait for no deletion."""
 
-    def vacate(self, row: LinkRow) -> None:
-        """Remove `row`'s interfaces (their names free on return) and keep what the
-        row that replaces it needs; gone interfaces or netns are success."""
+    def vacate(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        """Remove `row`'s pod ends but those in `keep` (their names free on return) and
+        keep what the row that replaces it needs; gone interfaces or netns are success."""
         ...
 
 
@@ -75,9 +78,9 @@ class LinkDriver(KindDriver, Protocol):
     """What the reconciler and the pruner use: every kind, plus marked-interface listing."""
 
     def move(self, previous: LinkRow, row: LinkRow) -> None:
-        """Clear what `previous` realised before `row` (same key, ends elsewhere)
-        is: `vacate` when the kind stays and keeps its state across moves,
-        `delete` otherwise."""
+        """Clear what `previous` realised before `row` (same key, ends elsewhere or
+        another kind) is, keeping the pod ends `row` has too: `vacate` when the kind
+        stays and keeps its state across moves, `delete` otherwise."""
         ...
 
     def owned(self, netns: str) -> list[OwnedInterface]:
@@ -112,15 +115,16 @@ class Drivers:
             )
         driver.update(row)
 
-    def delete(self, row: LinkRow) -> None:
-        self._driver(row).delete(row)
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        self._driver(row).delete(row, keep)
 
     def move(self, previous: LinkRow, row: LinkRow) -> None:
         driver = self._driver(previous)
+        keep = {(end.netns, end.intf) for end in row.ends()}
         if previous.kind is row.kind and isinstance(driver, KeepsAcrossMoves):
-            driver.vacate(previous)
+            driver.vacate(previous, keep)
         else:
-            driver.delete(previous)
+            driver.delete(previous, keep)
 
     def owned(self, netns: str) -> list[OwnedInterface]:
         with blame("", netns, ""):
@@ -163,16 +167,19 @@ def kernel_drivers(
     reaper: Reaper | None = None,
     announcer: Announcer | None = None,
 ) -> dict[LinkKind, KindDriver]:
-    """The netlink drivers for veth, vxlan and macvlan.
+    """The netlink drivers for veth, vxlan, macvlan and detached ends.
 
-    `host_netns`: where vxlan UDP sockets live and macvlan host interfaces are;
-    "" means the calling thread's own (the daemon runs in its node's netns).
-    `reaper`: what deletes the veth ends set aside (default: one of their own).
+    `host_netns`: the node's netns, where the pod ends' node sides, the vxlan
+    devices and their UDP sockets live and macvlan host interfaces are; "" means
+    the calling thread's own (the daemon runs in its node's netns).
+    `reaper`: what deletes the node sides set aside (default: one of their own).
     `announcer`: where new ends' announcements are queued (default: one of their own).
     """
     announcer = announcer if announcer is not None else Announcer()
+    reaper = reaper if reaper is not None else Reaper()
     return {
-        LinkKind.VETH: VethDriver(reaper),
-        LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port, announcer),
+        LinkKind.VETH: VethDriver(host_netns, reaper),
+        LinkKind.VXLAN: VxlanDriver(host_netns, vxlan_port, announcer, reaper),
         LinkKind.MACVLAN: MacvlanDriver(host_netns, announcer),
+        LinkKind.DETACHED: DetachedDriver(host_netns, reaper),
     }

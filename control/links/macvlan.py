@@ -9,6 +9,7 @@ is a `SpecError` naming it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from contextlib import ExitStack
 from typing import Any
 
@@ -72,8 +73,11 @@ class MacvlanDriver:
                 if found.fresh:
                     self._announcer.later(end)
 
-    def delete(self, row: LinkRow) -> None:
-        """Remove the device if it is this link's macvlan; a gone netns or device is success."""
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        """Remove the device if it is this link's macvlan and not in `keep` (netns, intf);
+        a gone netns or device is success."""
+        if (row.local.netns, row.local.intf) in keep:
+            return
         mark = Mark(row.namespace, row.uid)
         with blame(mark.link, row.local.netns, row.local.intf):
             temp = temp_name(row.key, Role.MACVLAN)

@@ -25,6 +25,13 @@ for the role: 14 bytes, within IFNAMSIZ, the same on every attempt for a row
 (so the next attempt finds and removes a leftover) and distinct between rows
 barring a 44-bit hash collision.
 
+Node names: every pod end is a veth whose peer lives in the node's netns
+(podend.py), and what carries the link (a vxlan device, a TAP) lives there
+too (stitch.py). Those interfaces are named by `node_name`: `mn` + 12 hex
+digits of a hash of what they belong to + one letter for the role: 15
+bytes, the same on every node and after every restart, so a daemon finds
+them again by name alone.
+
 Aside names: an interface in the way of a new one (the end a restarted pod's
 peer still holds) is renamed `mwold` + its ifindex in 8 hex digits
 (`aside_name`) and deleted later (aside.py): unique in its netns as the
@@ -81,6 +88,28 @@ class Role(StrEnum):
 def temp_name(row_key: str, role: Role) -> str:
     digest = hashlib.blake2b(row_key.encode(), digest_size=8).hexdigest()
     return f"mw{digest[:11]}{role.value}"
+
+
+class NodeRole(StrEnum):
+    """What a node-side interface is for; the value is the name's last letter."""
+
+    # The node-side peer of a pod end; named for (namespace, pod, interface).
+    POD_PEER = "p"
+    # A vxlan device carrying a row; named for the row's key.
+    VXLAN = "x"
+    # A TAP the workers carry a row through; named for the row's key.
+    TAP = "g"
+
+
+def node_name(key: str, role: NodeRole) -> str:
+    """The name of a node-side interface for `key` (15 bytes, IFNAMSIZ's limit)."""
+    digest = hashlib.blake2b(f"{role.value}:{key}".encode(), digest_size=8).hexdigest()
+    return f"mn{digest[:12]}{role.value}"
+
+
+def pod_peer_name(namespace: str, pod: str, intf: str) -> str:
+    """The node-side peer of pod `pod`'s interface `intf` in topology namespace `namespace`."""
+    return node_name(f"{namespace}/{pod}/{intf}", NodeRole.POD_PEER)
 
 
 def aside_name(ifindex: int) -> str:

@@ -76,6 +76,7 @@ IFLA_LINK = 5
 IFLA_LINKINFO = 18
 IFLA_IFALIAS = 20
 IFLA_STATS64 = 23
+IFLA_AF_SPEC = 26
 IFLA_GROUP = 27
 IFLA_NET_NS_FD = 28
 IFLA_CARRIER = 33
@@ -88,6 +89,8 @@ IFLA_VXLAN_GROUP = 2
 IFLA_VXLAN_PORT = 15
 IFLA_VXLAN_GROUP6 = 16
 IFLA_MACVLAN_MODE = 1
+IFLA_INET6_ADDR_GEN_MODE = 8
+IN6_ADDR_GEN_MODE_NONE = 1
 # IFLA_MACVLAN_MODE's values as pyroute2 names them.
 MACVLAN_MODES = {1: "private", 2: "vepa", 4: "bridge", 8: "passthru", 16: "source"}
 
@@ -269,6 +272,14 @@ def set_link(
         body += attr_u32(IFLA_MTU, mtu)
     if group is not None:
         body += attr_u32(IFLA_GROUP, group)
+    return RTM_NEWLINK, 0, body
+
+
+def no_ipv6_addresses(index: int) -> tuple[int, int, bytes]:
+    """Interface `index` gets no IPv6 address of its own (no link-local: it sends no
+    router or neighbour solicitation); asked before it is first raised."""
+    mode = attr(IFLA_INET6_ADDR_GEN_MODE, bytes([IN6_ADDR_GEN_MODE_NONE]))
+    body = IFINFOMSG.pack(0, 0, index, 0, 0) + attr(IFLA_AF_SPEC, attr(socket.AF_INET6, mode))
     return RTM_NEWLINK, 0, body
 
 

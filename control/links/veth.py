@@ -1,44 +1,41 @@
-"""veth: both pods on this node, one pair across their two netns.
+"""veth: both pods on this node; their two pod ends stitched together in the node's netns.
 
-`local.intf` lives in `local.netns` and `peer.intf` in `peer.netns`, each with
-its End's address, the row's MTU, up and marked. The row is the same whichever
-pod restarted, so `update` repairs from either side: a pair counts as intact only
-if each end is a marked veth whose peer is the other end, in the other netns;
-otherwise both names are cleared (only if marked for this link) and the pair is
-built again. An end whose netns was destroyed takes its peer with it, but only
-once the kernel has torn that netns down: a pod restarted a moment ago usually
-left its peer holding the old end.
+Each end is a pod end (podend.py): `local.intf` in `local.netns` and
+`peer.intf` in `peer.netns`, veths whose peers are in the node's netns. The
+link is the two node sides stitched to each other, one tc redirect each way
+(tc.py), and both raised: each pod sees carrier. The row is the same whichever
+pod restarted, so `update` repairs from either side, and a restarted pod's
+new end is stitched to its peer's end, which stays as it was.
 
-Each pair is created under its final names (lifecycle.create_marked). A new
-pair announces nothing (announce.py): its two ends are new together, so
-neither side has a neighbour entry on its interface that could name an old MAC.
-Clearing a name never waits for the kernel's deletion (20-27 ms a veth): the
-end holding it is set aside (aside.py: down, renamed, addresses removed) and
-deleted a moment later by the driver's `Reaper`, so a restarted pod's new pair
-is built at once. `vacate` (the reconciler's `move`: a row whose ends moved)
-clears the old row's ends the same way; `delete` (a link removed) waits for
-the kernel, so a removed link leaves nothing behind when it returns.
+`delete` (a link removed) deletes both pod ends, waiting for the kernel, so
+a removed link leaves nothing behind when it returns; an end that another
+transport holds by then (the link moved to the workers, whose row took the
+end over) is left to it. `vacate` (the reconciler's `move`) keeps the ends the
+new row keeps and sets the others' node sides aside (aside.py), so a
+restarted pod's new end waits for no deletion.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from contextlib import ExitStack
-from typing import Any
 
 from ..tables.links import LinkRow
-from . import iface, rtnl
+from . import iface, podend, tc
 from .aside import Reaper
 from .errors import SpecError, blame
-from .lifecycle import Target, claim, create_marked, delete_end
-from .names import BUILD_GROUP, Mark, Role, temp_name
-from .netns import Netns, netlink, open_netns
+from .names import Mark
+from .netns import CURRENT, Netns, NetnsGone, NotANetns, netlink, open_netns
+from .podend import Side
 
 KIND = "veth"
 
 
 class VethDriver:
-    def __init__(self, reaper: Reaper | None = None) -> None:
-        """`reaper`: what deletes the ends set aside (default: one of its own)."""
+    def __init__(self, host_netns: str = "", reaper: Reaper | None = None) -> None:
+        """`host_netns`: the node's netns, where the node sides are ("": the caller's);
+        `reaper`: what deletes the node sides set aside (default: one of its own)."""
+        self._host = host_netns or CURRENT
         self._reaper = reaper if reaper is not None else Reaper()
 
     def update(self, row: LinkRow) -> None:
@@ -46,84 +43,49 @@ class VethDriver:
         for end in (row.local, row.peer):
             iface.check(mark.link, end.netns, end.intf, end.ip, row.mtu, end.mac)
         with ExitStack() as stack:
-            with blame(mark.link, row.local.netns, row.local.intf):
-                lns = stack.enter_context(open_netns(row.local.netns))
-                lipr = stack.enter_context(netlink(lns))
-                local = claim(mark, lipr, row.local.netns, row.local.intf)
-            with blame(mark.link, row.peer.netns, row.peer.intf):
-                pns = stack.enter_context(open_netns(row.peer.netns))
-                pipr = stack.enter_context(netlink(pns))
-                peer = claim(mark, pipr, row.peer.netns, row.peer.intf)
-            if lns.identity == pns.identity and row.local.intf == row.peer.intf:
-                raise SpecError(
-                    mark.link, row.peer.netns, row.peer.intf, "both ends have one name in one netns"
-                )
-            if local is None or peer is None or not _paired(lipr, lns, local, pipr, pns, peer):
-                with blame(mark.link, row.local.netns, row.local.intf):
-                    local, peer = self._rebuild(row, mark, (lipr, lns, local), (pipr, pns, peer))
-            with blame(mark.link, row.local.netns, row.local.intf):
-                iface.converge(lipr, local, mark, row.mtu, row.local.ip)
-            with blame(mark.link, row.peer.netns, row.peer.intf):
-                iface.converge(pipr, peer, mark, row.mtu, row.peer.ip)
+            with blame(mark.link, self._host, "(node)"):
+                hns = stack.enter_context(open_netns(self._host))
+                node = Side(hns, stack.enter_context(netlink(hns)))
+            made: list[podend.PodEnd] = []
+            pods: list[Netns] = []
+            for end in (row.local, row.peer):
+                with blame(mark.link, end.netns, end.intf):
+                    ns = stack.enter_context(open_netns(end.netns))
+                    if pods and pods[0].identity == ns.identity and row.local.intf == end.intf:
+                        raise SpecError(
+                            mark.link, end.netns, end.intf, "both ends have one name in one netns"
+                        )
+                    pods.append(ns)
+                    pod = Side(ns, stack.enter_context(netlink(ns)))
+                    made.append(
+                        podend.ensure(mark, end, row.kind, row.mtu, pod, node, self._reaper)
+                    )
+            local, peer = made
+            with blame(mark.link, self._host, local.node.name):
+                tc.stitch(node.ipr, local.node.index, peer.node.index)
+                tc.stitch(node.ipr, peer.node.index, local.node.index)
+                podend.set_carrier(node, local, True)
+                podend.set_carrier(node, peer, True)
 
-    def delete(self, row: LinkRow) -> None:
-        """Remove both ends if they are this link's veths; a gone netns or end is success."""
-        self._clear(row, None)
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        """Remove both pod ends, but those in `keep` (netns, intf) and those another
+        transport holds now; a gone netns or end is success."""
+        self._clear(row, keep, None)
 
-    def vacate(self, row: LinkRow) -> None:
-        """Free both ends' names for the row that replaces `row` (its ends moved: a pod
-        restarted in a new netns) at once: each end is set aside and deleted a
-        moment later (`Reaper`); a gone netns or end is success."""
-        self._clear(row, self._reaper)
+    def vacate(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        """As `delete`, but an end is set aside (its name free at once, deleted a moment
+        later) rather than deleted in the caller's time."""
+        self._clear(row, keep, self._reaper)
 
-    def _clear(self, row: LinkRow, reaper: Reaper | None) -> None:
+    def _clear(
+        self, row: LinkRow, keep: Collection[tuple[str, str]], reaper: Reaper | None
+    ) -> None:
         mark = Mark(row.namespace, row.uid)
-        for end, temp in zip((row.local, row.peer), _temps(row), strict=True):
-            with blame(mark.link, end.netns, end.intf):
-                delete_end(end.netns, end.intf, KIND, mark, temp, reaper)
-
-    def _rebuild(
-        self,
-        row: LinkRow,
-        mark: Mark,
-        local: tuple[Any, Netns, iface.Iface | None],
-        peer: tuple[Any, Netns, iface.Iface | None],
-    ) -> tuple[iface.Iface, iface.Iface]:
-        for ipr, ns, found in (local, peer):
-            if found is not None:
-                self._reaper.set_aside(ipr, ns, found)
-        create = rtnl.new_veth(
-            row.local.intf,
-            row.peer.intf,
-            peer[1].fd,
-            row.mtu,
-            group=BUILD_GROUP,
-            mac=row.local.mac,
-            peer_mac=row.peer.mac,
-        )
-        # Asked of the local end's netns, where that end is made; the peer's
-        # goes straight into its own.
-        made = create_marked(
-            mark,
-            lambda: local[0].rtnl.request(create),
-            [Target(local[1], local[0], row.local.intf), Target(peer[1], peer[0], row.peer.intf)],
-        )
-        return made[0], made[1]
-
-
-def _temps(row: LinkRow) -> tuple[str, str]:
-    return temp_name(row.key, Role.VETH_LOCAL), temp_name(row.key, Role.VETH_PEER)
-
-
-def _paired(
-    lipr: Any, lns: Netns, local: iface.Iface, pipr: Any, pns: Netns, peer: iface.Iface
-) -> bool:
-    """Whether `local` and `peer` are the two ends of one veth, each in its own netns."""
-    return (
-        local.kind == KIND
-        and peer.kind == KIND
-        and local.link == peer.index
-        and peer.link == local.index
-        and iface.links_into(lipr, local, lns, pns)
-        and iface.links_into(pipr, peer, pns, lns)
-    )
+        with blame(mark.link, self._host, "(node)"):
+            try:
+                with open_netns(self._host) as hns, netlink(hns) as ipr:
+                    for end in (row.local, row.peer):
+                        if (end.netns, end.intf) not in keep:
+                            podend.release(mark, end, Side(hns, ipr), row.kind, reaper)
+            except (NetnsGone, NotANetns):
+                return

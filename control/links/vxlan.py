@@ -1,11 +1,11 @@
-"""vxlan: the peer pod runs on another node; one device in the local pod netns.
+"""vxlan: the peer pod runs on another node; a vxlan device in the node's netns.
 
-The device `local.intf` in `local.netns` carries VNI `row.vni` to
-`row.peer_node_ip` on UDP port `port`. It is created by a request made in the
-host netns straight into the pod netns, so its UDP socket lives in the host
-netns (next to the underlay) while the device is the pod's. A device whose VNI, remote or port
-differs from the row is deleted and built again (the kernel cannot change them
-in place); address, MTU and up state are fixed in place.
+The pod holds a pod end (podend.py), `local.intf` in `local.netns`. The
+device, `names.node_name(row key, VXLAN)` in the node's netns, carries VNI
+`row.vni` to `row.peer_node_ip` on UDP port `port`, and is stitched to the
+pod end's node side (tc.py). A device whose VNI, remote or port differs from
+the row is deleted and built again (the kernel cannot change them in place)
+behind the pod end, which stays as it is.
 
 The VNI must be unique per host netns and port: the kernel refuses a second
 device with the same one. When a device meshwire did not create holds it in the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+from collections.abc import Collection
 from contextlib import ExitStack
 from typing import Any
 
@@ -26,12 +27,14 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..common.config import VxlanConfig, default
 from ..tables.links import LinkRow
-from . import iface, rtnl
+from . import iface, podend, rtnl, tc
 from .announce import Announcer
+from .aside import Reaper
 from .errors import SpecError, blame
-from .lifecycle import Target, claim, create_marked, delete_end
-from .names import BUILD_GROUP, Mark, Role, temp_name
-from .netns import CURRENT, netlink, open_netns
+from .lifecycle import Target, claim, create_marked
+from .names import BUILD_GROUP, Mark, NodeRole, node_name
+from .netns import CURRENT, NetnsGone, NotANetns, netlink, open_netns
+from .podend import Side
 
 KIND = "vxlan"
 VXLAN_PORT: int = default(VxlanConfig, "port")
@@ -40,13 +43,20 @@ MAX_VNI = 2**24 - 1
 
 class VxlanDriver:
     def __init__(
-        self, host_netns: str = "", port: int = VXLAN_PORT, announcer: Announcer | None = None
+        self,
+        host_netns: str = "",
+        port: int = VXLAN_PORT,
+        announcer: Announcer | None = None,
+        reaper: Reaper | None = None,
     ) -> None:
-        """`host_netns`: where devices are created and their UDP sockets live ("": the caller's);
-        `announcer`: where new ends' announcements are queued (default: one of its own)."""
+        """`host_netns`: the node's netns, where devices, their UDP sockets and the pod
+        ends' node sides are ("": the caller's); `announcer`: where new ends'
+        announcements are queued (default: one of its own); `reaper`: what deletes
+        node sides set aside (default: one of its own)."""
         self._host = host_netns or CURRENT
         self._port = port
         self._announcer = announcer if announcer is not None else Announcer()
+        self._reaper = reaper if reaper is not None else Reaper()
 
     def update(self, row: LinkRow) -> None:
         mark = Mark(row.namespace, row.uid)
@@ -58,41 +68,56 @@ class VxlanDriver:
             "IFLA_VXLAN_GROUP6" if remote.version == 6 else "IFLA_VXLAN_GROUP": str(remote),
             "IFLA_VXLAN_PORT": self._port,
         }
+        name = node_name(row.key, NodeRole.VXLAN)
         with ExitStack() as stack, blame(mark.link, end.netns, end.intf):
+            hns = stack.enter_context(open_netns(self._host))
+            node = Side(hns, stack.enter_context(netlink(hns)))
             ns = stack.enter_context(open_netns(end.netns))
-            ipr = stack.enter_context(netlink(ns))
-            found = claim(mark, ipr, end.netns, end.intf)
+            pod = Side(ns, stack.enter_context(netlink(ns)))
+            pod_end = podend.ensure(mark, end, row.kind, row.mtu, pod, node, self._reaper)
+            found = claim(mark, node.ipr, self._host, name)
             if found is None or found.kind != KIND or not _has(found, want):
                 if found is not None:
-                    iface.delete(ipr, found.index)
+                    iface.delete(node.ipr, found.index)
                 add = rtnl.new_vxlan(
-                    end.intf,
-                    ns.fd,
-                    row.vni,
-                    remote,
-                    self._port,
-                    row.mtu,
-                    group=BUILD_GROUP,
-                    mac=end.mac,
+                    name, hns.fd, row.vni, remote, self._port, row.mtu, group=BUILD_GROUP
                 )
-                with open_netns(self._host) as hns, netlink(hns) as host:
-                    (found,) = create_marked(
-                        mark, lambda: self._add(host, add, row), [Target(ns, ipr, end.intf)]
-                    )
-            iface.converge(ipr, found, mark, row.mtu, end.ip)
-            if found.fresh:
+                (found,) = create_marked(
+                    mark, lambda: self._add(node.ipr, add, row, name), [Target(hns, node.ipr, name)]
+                )
+            iface.converge(node.ipr, found, mark, row.mtu, "")
+            tc.stitch(node.ipr, pod_end.node.index, found.index)
+            tc.stitch(node.ipr, found.index, pod_end.node.index)
+            podend.set_carrier(node, pod_end, True)
+            if pod_end.pod.fresh:
                 self._announcer.later(end)
 
-    def delete(self, row: LinkRow) -> None:
-        """Remove the device if it is this link's vxlan; a gone netns or device is success."""
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        """Remove the device, and the pod end unless it is in `keep` (netns, intf) or
+        another transport holds it now; a gone netns, device or end is success."""
         mark = Mark(row.namespace, row.uid)
+        name = node_name(row.key, NodeRole.VXLAN)
         with blame(mark.link, row.local.netns, row.local.intf):
-            temp = temp_name(row.key, Role.VXLAN)
-            delete_end(row.local.netns, row.local.intf, KIND, mark, temp)
+            try:
+                with open_netns(self._host) as hns, netlink(hns) as ipr:
+                    node = Side(hns, ipr)
+                    found = iface.find(ipr, name)
+                    ours = found is not None and (found.mark == mark or found.half_made)
+                    if (row.local.netns, row.local.intf) not in keep:
+                        podend.release(mark, row.local, node, row.kind)
+                    if found is not None and ours:
+                        iface.delete(ipr, found.index)
+            except (NetnsGone, NotANetns):
+                return
 
-    def _add(self, host: Any, add: tuple[int, int, bytes], row: LinkRow) -> None:
+    def _add(self, host: Any, add: tuple[int, int, bytes], row: LinkRow, name: str) -> None:
+        """Create the device (`add`), without an IPv6 address of its own: it would send
+        solicitations to the far pod."""
         try:
             host.rtnl.request(add)
+            made = iface.find(host, name)
+            if made is not None:
+                host.rtnl.request(rtnl.no_ipv6_addresses(made.index))
         except NetlinkError as exc:
             if exc.code != errno.EEXIST:
                 raise

@@ -5,8 +5,10 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
 (the CNI ADD recorded it). For each valid link of a local pod:
 
 - peer `localhost`: a macvlan row on the host interface `peer_intf`;
-- peer not running yet (no Topology, or no `src_ip`/`net_ns`): no row; the
-  link is built when the peer's change re-derives this pod (it is a dependent);
+- peer not running (no Topology, or no `src_ip`/`net_ns`: not started yet,
+  deleted, restarting): a `detached` row, the pod's end alone without
+  carrier; the link is built when the peer's change re-derives this pod (it
+  is a dependent);
 - peer on this node: one veth row for the pair, the same whichever of the two
   pods is derived (no "lazy half");
 - peer on another node: a vxlan or grpc row, as `inter_node_link_type` says,
@@ -120,7 +122,7 @@ def _row(
     problems: list[str],
 ) -> LinkRow | NoSlot | None:
     """The link's row; NO_SLOT when it is due but its namespace has no id slot yet;
-    None when there is none to build (the peer is not running, or a problem)."""
+    None when there is none to build (a problem)."""
     link = topology.link(uid)
     assert link is not None  # validate_topology only returns links of this topology
     mac = end_mac(topology.namespace, topology.name, link)
@@ -170,7 +172,9 @@ def _row(
         problems.append(str(problem))
         return None
     if peer_topology is None or not _running(peer_topology):
-        return None
+        # The pod keeps its interface, without carrier, until its far end runs.
+        far = End(link.peer_pod, "", link.peer_intf, link.peer_ip)
+        return row(LinkKind.DETACHED, local, far)
     peer_status = peer_topology.status
     peer_link = peer_topology.link(uid)
     assert peer_link is not None  # check_pair found it

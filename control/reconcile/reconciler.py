@@ -48,11 +48,16 @@ from dataclasses import dataclass, field
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.driver import LinkDriver
 from meshwire.control.links.errors import SpecError
+from meshwire.control.links.netns import CURRENT
+from meshwire.control.links.podend import node_interfaces
 from meshwire.control.reconcile.lanes import Lanes
 from meshwire.control.tables.links import PENDING, LinkRow, LinksTable, LinkStatus, State
 
 log = logging.getLogger(__name__)
 
+# The node's netns (the daemon's own), where the pod ends' node sides and the
+# transports are, as `ends_wanted` names it for pruning.
+NODE_NETNS = CURRENT
 # Keys reconciled concurrently; each holds one pool thread while in the driver.
 DEFAULT_CONCURRENCY = 4
 # Keys of one lane taken into one trip to the pool: a trip costs two thread
@@ -360,10 +365,12 @@ class LinkReconciler:
         return min(start for start, _ in spans), max(end for _, end in spans)
 
     def ends_wanted(self) -> set[tuple[str, str]]:
-        """(netns, interface) of every end some row wants; pruning keeps these."""
+        """(netns, interface) of every interface some row wants, the node's own netns
+        named `NODE_NETNS`; pruning keeps these."""
         wanted: set[tuple[str, str]] = set()
         for row in self.links.values():
             wanted |= {(end.netns, end.intf) for end in row.ends()}
+            wanted |= {(NODE_NETNS, name) for name in node_interfaces(row)}
         return wanted
 
     def recheck(self, netns: str, intf: str) -> bool:
@@ -372,6 +379,7 @@ class LinkReconciler:
             row.key
             for row in self.links.values()
             if any(end.netns == netns and end.intf == intf for end in row.ends())
+            or (netns == NODE_NETNS and intf in node_interfaces(row))
         ]
         self.verify(keys)
         return bool(keys)

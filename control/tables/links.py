@@ -6,7 +6,8 @@ nothing it has to look up. Realised state is read back from the kernel by the
 drivers, never cached here.
 
 Keys: a veth joins two pods of this node and is one row, `ns/uid`; every other
-kind is one end on this node, `ns/uid/pod`. So when a pod moves between nodes
+kind (a `detached` row: a pod end whose far pod is not running) is one end on
+this node, `ns/uid/pod`. So when a pod moves between nodes
 the key changes with the kind: the old row is deleted (its driver tears the old
 link down) and the new one inserted.
 
@@ -33,6 +34,8 @@ class LinkKind(StrEnum):
     VXLAN = "vxlan"
     GRPC = "grpc"
     MACVLAN = "macvlan"
+    # The far end does not exist now: the pod end alone, without carrier.
+    DETACHED = "detached"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,8 @@ class LinkRow:
     kind: LinkKind
     local: End
     # veth: the other pod of this node. vxlan/grpc: the pod on the peer node.
-    # macvlan: pod "localhost", intf the host interface to attach to.
+    # macvlan: pod "localhost", intf the host interface to attach to. detached:
+    # the far pod and interface, with no netns (it is not running).
     peer: End
     mtu: int
     # vxlan and grpc: the underlay address of the node the peer pod runs on.

@@ -5,8 +5,9 @@ equal to them:
 
 - the workers (through `WorkerSlots.changed`: the pool asks `desired(wire_id)`
   and hands the worker the AddWire and a duplicate fd, or removes the wire);
-- each TAP's carrier: up exactly while the wire is ready and its cable not
-  pulled (`state.carrier`); when it comes up on
+- each TAP's carrier, and its pod end's (`pod_carrier`: what the pod sees):
+  up exactly while the wire is ready and its cable not pulled
+  (`state.carrier`), set again on every attach; when it comes up on
   a TAP new to the manager, the TAP's address is announced (links/announce.py),
   on a thread of its own, so peers' neighbour caches follow a changed MAC;
 - the handshakes: every peer node with a wire that is not ready (or is being
@@ -132,13 +133,17 @@ class WireManager:
         slots: WorkerSlots,
         nodes: WorkQueue,
         announce: Callable[[End], None] = announce_soon,
+        pod_carrier: Callable[[LinkRow, bool], None] | None = None,
     ) -> None:
+        """`pod_carrier(row, on)`: gives the row's pod end carrier or takes it (by
+        default nothing does: the TAP's own carrier is all there is)."""
         self.node_ip = node_ip
         # Told the row of every wire whose `problem` changed (set or cleared), on the
         # event loop, after the change: what publishes the pods' plumbing_error
         # listens here, as `problems` alone is read only when a pod is recomputed.
         self.on_problem: Callable[[LinkRow], None] = lambda row: None
         self.announce = announce
+        self.pod_carrier = pod_carrier
         self.offloads = offloads
         self.slots = slots
         # Peer node IPs with handshake work: the handshake loop consumes it.
@@ -188,7 +193,6 @@ class WireManager:
             wire.generation = next(self._generation)
             wire.announce = True
             os.close(old)
-        pulled = wire.row.down != row.down
         if not same_far_end(wire.row, row):
             self._unindex(row.key, wire)
             self._lose_far(wire)
@@ -197,9 +201,9 @@ class WireManager:
             self._index(row.key, wire)
         else:
             wire.row = row
-        if fd is not None or pulled:
-            # After the row: an announcement names the new TAP's netns.
-            self._carrier(wire)
+        # After the row: an announcement names the new TAP's netns. Every attach:
+        # the pod end may be new (its pod restarted) behind the same TAP.
+        self._carrier(wire)
         self.slots.changed(row.wire_id)
         if wire.local:
             self._pair(wire)
@@ -530,6 +534,12 @@ class WireManager:
             # The TAP is gone (its netns was deleted): the reconciler rebuilds it.
             log.debug("wire %s: carrier: %s", wire.row.key, exc)
             return
+        if self.pod_carrier is not None:
+            try:
+                self.pod_carrier(wire.row, on)
+            except Exception as exc:
+                # The pod end is gone or being rebuilt: its next attach sets it again.
+                log.debug("wire %s: pod end carrier: %s", wire.row.key, exc)
         if on and wire.announce:
             wire.announce = False
             self.announce(wire.row.local)

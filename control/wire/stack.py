@@ -44,8 +44,11 @@ from meshwire.control.common.config import Config
 from meshwire.control.common.listening import StartWaits, start_patiently
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
+from meshwire.control.links import podend
 from meshwire.control.links.errors import SpecError
-from meshwire.control.tables.links import LinkRow
+from meshwire.control.links.names import Mark
+from meshwire.control.links.netns import CURRENT
+from meshwire.control.tables.links import LinkKind, LinkRow
 from meshwire.control.wire.grpc_driver import GrpcDriver
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import Desired, WireManager
@@ -118,7 +121,13 @@ class WireStack:
             desired=self._desired,
             adopted=self._adopted,
         )
-        self.manager = WireManager(config.node_ip, config.dataplane.offloads, self.pool, nodes)
+        self.manager = WireManager(
+            config.node_ip,
+            config.dataplane.offloads,
+            self.pool,
+            nodes,
+            pod_carrier=_pod_carrier,
+        )
         peer_port = hostport.split(config.peer.listen)[1]
         self.client = GrpcPeerClient(peer_port, config.peer.rpc_timeout, self.credentials)
         self.handshaker = Handshaker(self.manager, self.client, config.node_name)
@@ -242,3 +251,8 @@ class _SameNodeOnly(GrpcDriver):
                 f"credentials, which this node could not read at start: {self._missing}",
             )
         super().update(row)
+
+
+def _pod_carrier(row: LinkRow, on: bool) -> None:
+    """Carrier for the row's pod end, whose node side is in the daemon's own netns."""
+    podend.give_carrier(CURRENT, Mark(row.namespace, row.uid), row.local, LinkKind.GRPC, on)
