@@ -28,6 +28,8 @@ CALL = re.compile(
 # CoreV1Api: the uninstall watch's namespace list (and watch).
 CORE_CALL = re.compile(r"\.(list|get)_namespace(?:_without_preload_content)?\(")
 WATCH_ARG = re.compile(r"[\"']?watch[\"']?\s*[:=]\s*True")
+# A resource a Reflector follows: it lists and watches it.
+FOLLOWED = re.compile(r"\bCustomObjects\(([^)]*)\)")
 API_CLASS = re.compile(r"\b([A-Z]\w*Api)\b")
 
 DAEMON_MODULES = """
@@ -69,6 +71,12 @@ def calls_in(source: str) -> set[tuple[str, str, str]]:
         out.add((group, RBAC_VERB.get(verb, verb), resource))
         if verb == "list" and WATCH_ARG.search(source):
             out.add((group, "watch", resource))
+    for followed in FOLLOWED.finditer(source):
+        if "slots.PLURAL" in followed.group(1):
+            group, resource = slots.GROUP, slots.PLURAL
+        else:
+            group, resource = GROUP, PLURAL
+        out |= {(group, "list", resource), (group, "watch", resource)}
     for call in CORE_CALL.finditer(source):
         out.add(("", call.group(1), "namespaces"))
         if call.group(1) == "list" and WATCH_ARG.search(source):
@@ -90,12 +98,15 @@ def test_the_call_finder_reads_verbs_and_the_status_subresource() -> None:
         'await api.list_cluster_custom_object_without_preload_content(G, V, P, "watch": True)\n'
         "await api.patch_namespaced_custom_object_status(group=G)\n"
         "await api.replace_cluster_custom_object(slots.GROUP, V, slots.PLURAL, N, body)\n"
+        "CustomObjects(api, slots.GROUP, slots.VERSION, slots.PLURAL)\n"
     )
     assert calls_in(source) == {
         (GROUP, "list", "topologies"),
         (GROUP, "watch", "topologies"),
         (GROUP, "patch", "topologies/status"),
         (slots.GROUP, "update", "idallocations"),
+        (slots.GROUP, "list", "idallocations"),
+        (slots.GROUP, "watch", "idallocations"),
     }
 
 
@@ -117,7 +128,7 @@ def test_the_daemon_uses_no_kubernetes_api_but_custom_objects_and_namespaces() -
         m.group(1).removesuffix("_without_preload_content")
         for source in daemon_sources().values()
         if "CoreV1Api" in source
-        for m in re.finditer(r"core\.(\w+)\(", source)
+        for m in re.finditer(r"core(?:\(\))?\.(\w+)\(", source)
     }
     assert core_calls == {"list_namespace"}
 
