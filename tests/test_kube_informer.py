@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import kubernetes.client
 import pytest
 from kubernetes.aio.client import ApiClient
 
@@ -251,6 +252,13 @@ async def test_the_reflector_alone_relists_after_a_compaction_and_stops(
         admin_api = admin(plane)
         try:
             await asyncio.to_thread(create_namespace, admin_api, name)
+            # One more write, so that the compaction also removes the revision right
+            # after the one the reflector holds (where its watch would start).
+            await asyncio.to_thread(
+                kubernetes.client.CoreV1Api(admin_api).patch_namespace,
+                name,
+                {"metadata": {"labels": {"compacted": "past-it"}}},
+            )
         finally:
             admin_api.close()
         await asyncio.to_thread(plane.compact)
