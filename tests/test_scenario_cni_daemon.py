@@ -3,7 +3,7 @@
 tests/test_cni_*.py cover every command and error path of the shim and the
 endpoint against a stand-in handler; here the handler is the daemon's own,
 over the embedded API and real namespaces: what a runtime sees for a pod in
-no topology, DEL twice, a late DEL of an old sandbox, a GC after a lost
+no topology, DEL twice (the far pod keeps its interface, without carrier), a late DEL of an old sandbox, a GC after a lost
 DEL, CHECK, and STATUS before and after the daemon has synced.
 """
 
@@ -15,6 +15,7 @@ import pytest
 from api_helpers import call, create, sync_api, topology
 from cni_helpers import PREV_RESULT
 from scenario_helpers import (
+    Interface,
     add_foreign,
     add_pair,
     api_serving,
@@ -26,6 +27,12 @@ from scenario_helpers import (
 from meshwire.control.cni.protocol import ErrorCode
 
 pytestmark = pytest.mark.root
+
+
+def lost_carrier(ns: str, before: Interface) -> bool:
+    """Whether `before` (an interface of `ns`) is still there, the same one, without carrier."""
+    now = read_interfaces(ns).get(before.name)
+    return now is not None and now.ifindex == before.ifindex and not now.up
 
 
 async def test_status_says_not_available_until_the_daemon_has_synced(tmp_path: Path) -> None:
@@ -94,9 +101,12 @@ async def test_check_fails_naming_the_link_a_foreign_interface_blocks(tmp_path: 
 async def test_del_removes_the_links_and_a_second_del_still_succeeds(tmp_path: Path) -> None:
     async with daemon_node(tmp_path) as node, api_serving(node) as url:
         r1, r2 = await add_pair(node, url)
+        await node.wait(lambda: both_up(r1, r2), "both ends up")
+        before = read_interfaces(r1)["eth1"]
         assert (await node.cni("DEL", "r2", "c2", r2)).exit == 0
-        await node.wait(lambda: "eth1" not in read_interfaces(r1), "r1's eth1 gone")
-        assert "eth1" not in read_interfaces(r2)
+        # r1 keeps its interface, as a port whose cable's far end went away: no carrier.
+        await node.wait(lambda: lost_carrier(r1, before), "r1's eth1 without carrier")
+        await node.wait(lambda: "eth1" not in read_interfaces(r2), "r2's eth1 gone")
         await node.wait_status(
             url, "r2", lambda s: not s.get("src_ip"), "r2's placement cleared in the API"
         )
@@ -128,10 +138,12 @@ async def test_gc_tears_down_the_links_of_a_sandbox_whose_del_was_lost(tmp_path:
     async with daemon_node(tmp_path) as node, api_serving(node) as url:
         r1, r2 = await add_pair(node, url)
         # The runtime gave up on r2's DEL; its GC vouches for r1's sandbox only.
+        await node.wait(lambda: both_up(r1, r2), "both ends up")
+        before = read_interfaces(r1)["eth1"]
         done = await node.gc("c1")
         assert (done.exit, done.stdout) == (0, b""), done.result
-        await node.wait(lambda: "eth1" not in read_interfaces(r1), "r1's eth1 gone")
-        assert "eth1" not in read_interfaces(r2)
+        await node.wait(lambda: lost_carrier(r1, before), "r1's eth1 without carrier")
+        await node.wait(lambda: "eth1" not in read_interfaces(r2), "r2's eth1 gone")
         await node.wait_status(
             url, "r2", lambda s: not s.get("src_ip"), "r2's placement cleared in the API"
         )
