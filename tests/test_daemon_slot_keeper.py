@@ -114,7 +114,9 @@ async def test_a_namespace_without_topologies_frees_its_slot_after_the_grace(
     api: ApiServer,
 ) -> None:
     daemon = Daemon(api.url, ["lab1", "lab2"], release_grace=0.3)
-    watcher = Daemon(api.url, [], release_grace=0.3)
+    # The watcher sees no Topology at all: with the same short grace it would free
+    # lab1 too. It only watches the daemon's release here.
+    watcher = Daemon(api.url, [], release_grace=30.0)
     try:
         await daemon.start()
         await watcher.start()
