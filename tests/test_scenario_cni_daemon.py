@@ -3,8 +3,9 @@
 tests/test_cni_*.py cover every command and error path of the shim and the
 endpoint against a stand-in handler; here the handler is the daemon's own,
 over the embedded API and real namespaces: what a runtime sees for a pod in
-no topology, DEL twice (the far pod keeps its interface, without carrier), a late DEL of an old sandbox, a GC after a lost
-DEL, CHECK, and STATUS before and after the daemon has synced.
+no topology, DEL twice (the far pod keeps its interface, without carrier), a
+late DEL of an old sandbox, a GC after a lost DEL, CHECK, and STATUS before
+and after the daemon has synced.
 """
 
 from __future__ import annotations
