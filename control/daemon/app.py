@@ -50,6 +50,7 @@ from meshwire.control.daemon.http import HealthServer
 from meshwire.control.daemon.link_counters import read_counters
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
+from meshwire.control.daemon.netns_guard import GuardedDriver
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.plumbing_error import PlumbingErrors
 from meshwire.control.daemon.sandbox_store import SandboxStore
@@ -114,10 +115,14 @@ class Daemon:
         self.reaper = Reaper()
         drivers = kernel_drivers(vxlan_port=config.vxlan.port, reaper=self.reaper)
         drivers[LinkKind.GRPC] = self.wire.driver
-        self.driver = Drivers(drivers)
+        self.metrics = Metrics()
+        # Acts only in namespaces this node's CNI handed it; the placement keeper
+        # vouches for them once `_connect` made it.
+        self.driver = GuardedDriver(
+            Drivers(drivers), lambda action: self.metrics.netns_refused.labels(action).inc()
+        )
         backoff = ExponentialBackoff(config.reconcile.backoff_min, config.reconcile.backoff_max)
         self.queue = WorkQueue(debounce=config.reconcile.debounce, limiter=backoff)
-        self.metrics = Metrics()
         self.reconciler = LinkReconciler(
             self.links,
             self.driver,
@@ -230,6 +235,7 @@ class Daemon:
             self.status.set,
             SandboxStore(Path(self.config.cni.state_dir)),
         )
+        self.driver.authority = placements
         handler = DaemonCniHandler(
             self.config.node_ip,
             self.topologies,
