@@ -189,7 +189,7 @@ class _Connection:
     def _end(self) -> None:
         if self._receiver == ffi.NULL:
             return
-        error = ffi.string(lib.mw_receiver_error(self._receiver)).decode()
+        error = ffi.string(lib.mw_receiver_error(self._receiver)).decode(errors="replace")
         if error:
             log.info("wire service: connection from %s ended: %s", self._peer(), error)
         lib.mw_receiver_free(self._receiver)
