@@ -12,7 +12,9 @@
  *   response  {"exit":N,"stdout":"<text>"}\n
  *
  * Socket: env MESHWIRE_CNI_SOCKET if non-empty, else the network config's
- * top-level string field "meshwire_socket", else /run/meshwire/cni.sock.
+ * top-level string field "meshwire_socket" if non-empty, else
+ * /run/meshwire/cni.sock. An empty "cniVersion" is as good as none: error
+ * results then carry the latest version.
  *
  * VERSION is answered locally. A daemon that cannot be reached, or that closes
  * without a complete answer, is CNI error 11 (try again later); an answer that
@@ -372,16 +374,17 @@ static int find_member(const char *doc, size_t len, const char *key, struct scan
     return 1;
 }
 
-/* The top-level string member `key` of doc, unescaped into out; 0 if absent,
- * not a string, or containing a NUL byte. */
+/* The top-level string member `key` of doc, unescaped into out (NUL-terminated);
+ * 0 if absent, not a string, empty, or containing a NUL byte: an empty string
+ * counts as absent, as in the Python twin. */
 static int top_level_string(const struct buf *doc, const char *key, struct buf *out)
 {
     struct scan value;
+    out->len = 0;
     if (!doc->len || !find_member(doc->data, doc->len, key, &value)) {
         return 0;
     }
-    out->len = 0;
-    if (scan_string(&value, out) < 0 || memchr(out->data, '\0', out->len)) {
+    if (scan_string(&value, out) < 0 || !out->len || memchr(out->data, '\0', out->len)) {
         return 0;
     }
     return 1;
