@@ -153,6 +153,11 @@ class PlacementKeeper:
         if held is not None and held.identity is not None:
             if self._handed.get(held.netns) == held.identity:
                 del self._handed[held.netns]
+            # Namespaces released earlier and gone since are forgotten here: the map
+            # holds only those a runtime has not torn down yet.
+            for netns, identity in list(self._released.items()):
+                if identity_of(netns) != identity:
+                    del self._released[netns]
             self._released[held.netns] = held.identity
 
     def held_through(self, network: str) -> dict[str, Placement]:
