@@ -15,8 +15,10 @@ about every pod end's netns before passing a call on:
   `plumbing_error` say it); the pod's other links are untouched. The row is
   tried again when it changes or at the next ADD of its pod.
 - clear (`delete`, `move`, and the pruner's `owned`/`remove`): each pod end's
-  netns must be handed or released (handed once, and still the same
-  namespace). Otherwise nothing is done and the call succeeds: the daemon
+  netns must be handed, released (handed once, and still the same
+  namespace), or gone (nothing is at its path: the driver touches no
+  namespace for it, and still drops what it keeps of the link, a wire in
+  the workers). Otherwise nothing is done and the call succeeds: the daemon
   built nothing there.
 
 Each refusal is counted (`on_refused`) and logged naming the link, the
@@ -32,6 +34,7 @@ from typing import Protocol
 
 from meshwire.control.links.driver import LinkDriver, OwnedInterface
 from meshwire.control.links.errors import SpecError
+from meshwire.control.links.netns import identity_of
 from meshwire.control.tables.links import End, LinkRow
 
 log = logging.getLogger(__name__)
@@ -96,7 +99,7 @@ class GuardedDriver:
 
     def _may_clear(self, row: LinkRow) -> bool:
         for end in _pod_ends(row):
-            if not self._was_handed(end.netns):
+            if identity_of(end.netns) is not None and not self._was_handed(end.netns):
                 self._refuse("clear", row, end)
                 return False
         return True
