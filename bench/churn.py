@@ -218,7 +218,8 @@ class Churn:
             with SAVING:
                 yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}, file)
             file.flush()
-            argv = [*APPLY, "-f", file.name, "--server", self.state.host_url]
+            token = ("--token-file", str(LabDir(Path(self.state.directory)).token_file))
+            argv = [*APPLY, "-f", file.name, "--server", self.state.host_url, *token]
             delay = RETRY_FIRST
             for _ in range(RETRIES):
                 done = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -58,6 +58,7 @@ import informer_bench  # sibling scripts: run as a script, bench/ is on sys.path
 import reconcile_bench
 from kubernetes import client
 
+from meshwire.control.auth import token as tokens
 from meshwire.control.lab import netns, pods, processes
 from meshwire.control.lab.names import API_PORT, HUB_IP, LabNames
 from meshwire.control.lab.probe import http_get
@@ -79,8 +80,8 @@ INFORMER_METRIC = re.compile(r'^meshwire_informer_total\{what="(\w+)"\} ([0-9.e+
 class CountingRuntime(MeshwireRuntime):
     """The lab's runtime with the embedded API's `/debug/requests` (and knobs) served."""
 
-    def api_argv(self, db: Path, listen: str) -> list[str]:
-        return [*super().api_argv(db, listen), "--debug-knobs"]
+    def api_argv(self, db: Path, listen: str, token_file: Path) -> list[str]:
+        return [*super().api_argv(db, listen, token_file), "--debug-knobs"]
 
 
 def load_remote(
@@ -96,9 +97,16 @@ def load_remote(
     return time.monotonic() - started
 
 
-def api_requests(names: LabNames) -> list[dict[str, Any]]:
+def api_requests(state: LabState, names: LabNames) -> list[dict[str, Any]]:
     """The embedded API's request counts (`/debug/requests`), asked from inside the hub."""
-    answer = http_get(HUB_IP, API_PORT, "/debug/requests", netns=names.hub_netns, timeout=10.0)
+    answer = http_get(
+        HUB_IP,
+        API_PORT,
+        "/debug/requests",
+        netns=names.hub_netns,
+        timeout=10.0,
+        token=state.token(),
+    )
     if answer is None or answer[0] != 200:
         raise SystemExit(f"restart scale bench: /debug/requests answered {answer!r}")
     rows: list[dict[str, Any]] = json.loads(answer[1])["requests"]
@@ -168,9 +176,9 @@ class RemoteEvents:
             self.error = exc
 
     def _write(self) -> None:
-        api = client.CustomObjectsApi(
-            client.ApiClient(client.Configuration(host=self.state.api_url))
-        )
+        configuration = client.Configuration(host=self.state.api_url)
+        configuration.api_key["BearerToken"] = tokens.header(self.state.token())
+        api = client.CustomObjectsApi(client.ApiClient(configuration))
         period = 1 / self.rate
         next_at = time.monotonic()
         while self.fired < self.count and not self.stopping.is_set():
@@ -224,7 +232,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         start_daemon(lab, state, runtime, NODE)
         wait_ready(state, NODE)
         sync_s = time.monotonic() - spawned
-        before, informed = api_requests(names), daemon_informer(state, names)
+        before, informed = api_requests(state, names), daemon_informer(state, names)
         shim = runtime.cni_argv()
         local: list[PodRecord] = [state.pods[key] for key in sorted(state.pods)]
         ends = {pod.key: reconcile_bench.pod_ends(state, names, pod) for pod in local}
@@ -249,7 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{remote.fired} remote events seen by the daemon",
             EVENTS_TIMEOUT,
         )
-        requests = requests_between(before, api_requests(names), state.nodes[NODE].ip)
+        requests = requests_between(before, api_requests(state, names), state.nodes[NODE].ip)
         informer = {
             what: n - informed.get(what, 0)
             for what, n in sorted(daemon_informer(state, names).items())

@@ -12,7 +12,9 @@
  *   response  {"exit":N,"stdout":"<text>"}\n
  *
  * Socket: env MESHWIRE_CNI_SOCKET if non-empty, else the network config's
- * top-level string field "meshwire_socket", else /run/meshwire/cni.sock.
+ * top-level string field "meshwire_socket" if non-empty, else
+ * /run/meshwire/cni.sock. An empty "cniVersion" is as good as none: error
+ * results then carry the latest version.
  *
  * VERSION is answered locally. A daemon that cannot be reached, or that closes
  * without a complete answer, is CNI error 11 (try again later); an answer that

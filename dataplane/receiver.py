@@ -224,7 +224,7 @@ class _Connection:
     def _end(self) -> None:
         if self._receiver == ffi.NULL:
             return
-        error = ffi.string(lib.mw_receiver_error(self._receiver)).decode()
+        error = ffi.string(lib.mw_receiver_error(self._receiver)).decode(errors="replace")
         if lib.mw_receiver_forged(self._receiver):
             self._refusals.refused("wire service", _address(self._sock), error)
         elif error:

@@ -194,7 +194,7 @@ class Sender:
             if self._closing.is_set():
                 watch.apply(lib.mw_sender_finish(call))
             await over
-            return str(ffi.string(lib.mw_sender_error(call)).decode())
+            return str(ffi.string(lib.mw_sender_error(call)).decode(errors="replace"))
         finally:
             watch.stop()
             self._batches_before += int(lib.mw_sender_batches(call))

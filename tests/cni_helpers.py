@@ -96,10 +96,15 @@ class ShimRun:
 
 
 async def run_shim(
-    kind: str, env: Mapping[str, str], stdin: bytes | Mapping[str, Any], socket: str = ""
+    kind: str,
+    env: Mapping[str, str],
+    stdin: bytes | Mapping[str, Any],
+    socket: str = "",
+    cwd: Path | None = None,
 ) -> ShimRun:
-    """Execs the `kind` shim (see shim_command) as a runtime would; `socket` sets
-    MESHWIRE_CNI_SOCKET. Runs without blocking the loop that serves the endpoint."""
+    """Execs the `kind` shim (see shim_command) as a runtime would, in directory `cwd`;
+    `socket` sets MESHWIRE_CNI_SOCKET. Runs without blocking the loop that serves the
+    endpoint."""
     data = stdin if isinstance(stdin, bytes) else json.dumps(stdin).encode()
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
     if socket:
@@ -110,6 +115,7 @@ async def run_shim(
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
     )
     stdout, stderr = await asyncio.wait_for(proc.communicate(data), 60)
     assert proc.returncode is not None

@@ -67,11 +67,17 @@ class StubRuntime:
     def load(self, path: Path) -> list[Topology]:
         return load_lab_file(path)
 
-    def api_argv(self, db: Path, listen: str) -> list[str]:
+    def api_argv(self, db: Path, listen: str, token_file: Path) -> list[str]:
         host, _, port = listen.rpartition(":")
         return _http_server(host, port, self.ready_dir)
 
-    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
+    def apply_argv(
+        self,
+        path: Path,
+        server: str,
+        kubeconfig: Path | None = None,
+        token_file: Path | None = None,
+    ) -> list[str]:
         return ["true"]
 
     def daemon_argv(self, config: Path) -> list[str]:

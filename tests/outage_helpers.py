@@ -98,7 +98,8 @@ def lab_up(tmp_path: Path, config: str) -> Iterator[Lab]:
 
 def delete_topologies(lab: Lab) -> None:
     """`meshwire delete -f` of the lab file, run from the hub as an operator would."""
-    argv = meshwire_argv("delete", "-f", str(lab.file), "--server", state(lab).api_url)
+    token = ("--token-file", str(LabDir(lab.directory).token_file))
+    argv = meshwire_argv("delete", "-f", str(lab.file), "--server", state(lab).api_url, *token)
     done = subprocess.run(
         argv_for(LabNames(lab.name).hub_netns, argv),
         capture_output=True,

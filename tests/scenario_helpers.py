@@ -116,7 +116,7 @@ class OneNodeLab:
     def daemon_get(self, path: str) -> tuple[int, str]:
         """(status, body) of a GET on the node daemon's metrics port."""
         host, _, port = self.state().nodes[NODE].metrics.rpartition(":")
-        answer = http_get(host, int(port), path, netns=self.node_netns)
+        answer = http_get(host, int(port), path, netns=self.node_netns, token=self.dir.token())
         assert answer is not None, f"no answer to {path} from {NODE}'s daemon"
         return answer
 
@@ -147,8 +147,10 @@ class OneNodeLab:
         path = self.lab.directory.parent / f"{command}-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump_all(topologies))
         server = self.state().api_url
+        token = ("--token-file", str(self.dir.token_file))
         argv = argv_for(
-            self.names.hub_netns, meshwire_argv(command, "-f", str(path), "--server", server)
+            self.names.hub_netns,
+            meshwire_argv(command, "-f", str(path), "--server", server, *token),
         )
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, f"{command} failed: {done.stdout} {done.stderr}"

@@ -9,6 +9,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,6 +282,74 @@ async def test_the_socket_is_root_only(daemon: Daemon) -> None:
     assert stat.S_ISSOCK(info.st_mode)
     assert stat.S_IMODE(info.st_mode) == 0o600
     assert info.st_uid == os.geteuid()
+    # Bound in a private directory and renamed into place; nothing else is left.
+    assert os.listdir(os.path.dirname(daemon.socket)) == ["cni.sock"]
+
+
+def connect_as(uid: int, path: str) -> str:
+    """What connecting to `path` as `uid` gives: "connected" or the error's name."""
+    script = (
+        "import os, socket, sys\n"
+        f"os.setgid({uid}); os.setuid({uid})\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        f"    s.connect({path!r}); print('connected')\n"
+        "except OSError as e:\n"
+        "    print(type(e).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+async def test_another_user_cannot_connect(daemon: Daemon) -> None:
+    # The directories on the way are open to all; only the socket's mode stops them.
+    for each in (daemon.directory, daemon.directory / "run"):
+        each.chmod(0o755)
+    nobody = 65534
+    assert await asyncio.to_thread(connect_as, nobody, daemon.socket) == "PermissionError"
+    assert daemon.handler.calls == []
+
+
+async def test_a_peer_of_another_uid_is_refused_unread() -> None:
+    directory = temp_dir()
+    path = str(directory / "cni.sock")
+    handler = InMemoryHandler(in_topology={"default/r1"})
+    try:
+        # The endpoint admits one uid only; this test runs as another.
+        async with CniEndpoint(path, handler, peer_uid=os.geteuid() + 4242):
+            run = await run_shim("c", cni_env("ADD"), network_config(meshwire_socket=path))
+        assert run.exit == 1
+        assert run.result["code"] == ErrorCode.INTERNAL
+        assert f"peer uid {os.geteuid()}" in run.result["msg"]
+        assert handler.calls == []
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def test_a_socket_in_a_directory_deeper_than_an_af_unix_address_works() -> None:
+    directory = temp_dir()
+    deep = directory / ("d" * 60) / ("e" * 60)
+    path = str(deep / "cni.sock")
+    assert len(path) > 120
+    handler = InMemoryHandler(in_topology={"default/r1"})
+    try:
+        async with CniEndpoint(path, handler):
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+            fd = os.open(deep, os.O_PATH)
+            try:
+                short = f"/proc/{os.getpid()}/fd/{fd}/cni.sock"  # the shim reaches ours
+                run = await run_shim("c", cni_env("ADD"), network_config(), socket=short)
+                assert run.exit == 0, run.result
+                # A live daemon at a long path is seen as live, not removed as stale.
+                with pytest.raises(EndpointError, match="another daemon is listening"):
+                    await CniEndpoint(path, InMemoryHandler()).start()
+            finally:
+                os.close(fd)
+        assert handler.calls == ["ADD(default/r1)"]
+        assert not exists(path)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 async def test_a_stale_socket_from_a_dead_daemon_is_replaced() -> None:

@@ -7,12 +7,15 @@ printed the same bytes with the same exit code.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from cni_helpers import PREV_RESULT, CannedDaemon, cni_env, network_config, run_shim, temp_dir
+
+from meshwire.control.cni.frame import DEFAULT_SOCKET
 
 TRICKY_STDIN = [
     b"",
@@ -117,3 +120,31 @@ async def test_both_shims_survive_a_config_nested_beyond_any_parser(tmp: Path) -
     py_run = await run_shim("python", env, deep)
     assert (c_run.exit, c_run.stdout) == (py_run.exit, py_run.stdout)
     assert c_run.result["code"] == 11
+
+
+async def test_an_empty_cni_version_is_as_good_as_none(tmp: Path) -> None:
+    config = network_config("", meshwire_socket=str(tmp / "none.sock"))
+    c_run = await run_shim("c", cni_env("ADD"), config)
+    py_run = await run_shim("python", cni_env("ADD"), config)
+    assert (c_run.exit, c_run.stdout) == (py_run.exit, py_run.stdout)
+    assert c_run.exit == 1
+    assert c_run.result["code"] == 11
+    assert c_run.result["cniVersion"] == "1.1.0"  # the latest, as for no cniVersion
+
+
+async def test_an_empty_socket_field_falls_back_to_the_default_not_to_an_earlier_field(
+    tmp: Path,
+) -> None:
+    # A daemon at the relative path the previous field's value ("0.4.0") names: a shim
+    # that reuses that value as the socket would reach it.
+    stdin = json.dumps(network_config("0.4.0", meshwire_socket="")).encode()
+    env = cni_env("ADD")
+    runs = []
+    for kind in ("c", "python"):
+        async with CannedDaemon(str(tmp / "0.4.0")) as stale:
+            runs.append(await run_shim(kind, env, stdin, cwd=tmp))
+        assert stale.frames == [], kind
+    c_run, py_run = runs
+    assert (c_run.exit, c_run.stdout) == (py_run.exit, py_run.stdout)
+    if c_run.exit:  # nothing at the default socket on this machine
+        assert c_run.result["details"].startswith(DEFAULT_SOCKET)

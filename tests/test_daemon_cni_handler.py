@@ -29,6 +29,7 @@ from meshwire.control.common.clock import FakeClock
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.links.netns import identity_of
 from meshwire.control.model.topology import Topology, TopologyStatus
 
 R1 = Topology(
@@ -162,7 +163,8 @@ async def test_an_add_or_del_recorded_in_the_sandbox_store_succeeds_while_the_wr
     try:
         written.held.clear()
         await asyncio.wait_for(handler(daemon, written, 0.2, store).add(add), 5.0)
-        assert store.load() == {"default/r1": Placement("c2", str(netns), "meshnet")}
+        identity = identity_of(str(netns))
+        assert store.load() == {"default/r1": Placement("c2", str(netns), "meshnet", identity)}
         assert written.calls[-1] == (
             "default/r1",
             {"src_ip": NODE.node_ip, "net_ns": str(netns), "container_id": "c2"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -9,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from api_helpers import private_loopback
 from prometheus_client import CollectorRegistry
 
 from meshwire.control.daemon.http import HealthServer
@@ -120,3 +122,79 @@ async def test_placement_answers_the_pods_placement_as_read_and_names_what_is_wr
     }  # fmt: skip
     assert unknown == (404, "no Topology lab/r9\n")
     assert bad == (400, "pod: give it as NAMESPACE/NAME\n")
+
+
+OFF_LOOPBACK = "192.0.2.1"  # TEST-NET-1, on the private netns's lo
+
+
+async def add_off_loopback_address(ns: str) -> None:
+    """OFF_LOOPBACK on lo of netns `ns`: a client connecting to it there comes from an
+    address that is not loopback."""
+    argv = ["ip", "-n", ns, "addr", "add", f"{OFF_LOOPBACK}/32", "dev", "lo"]
+    process = await asyncio.create_subprocess_exec(*argv)
+    assert await process.wait() == 0
+
+
+async def answers(url: str, token: str = "") -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session,
+        session.get(url, headers=headers) as answer,
+    ):
+        return answer.status, await answer.text()
+
+
+async def test_links_and_placement_answer_off_loopback_only_with_the_token() -> None:
+    asked: list[str] = []
+
+    async def links(state: str, counters: bool) -> list[dict[str, Any]]:
+        asked.append("links")
+        return []
+
+    def placement(pod: str) -> dict[str, Any] | None:
+        asked.append("placement")
+        return {"src_ip": "", "net_ns": "", "deriving": False}
+
+    with private_loopback() as ns:
+        await add_off_loopback_address(ns)
+        with socket.socket() as probe:
+            probe.bind((OFF_LOOPBACK, 0))
+            port = probe.getsockname()[1]
+        server = HealthServer(
+            f"{OFF_LOOPBACK}:{port}", CollectorRegistry(), lambda: "", links, placement, "s3cret"
+        )
+        await server.start()
+        base = f"http://{OFF_LOOPBACK}:{port}"
+        try:
+            bare = [await answers(f"{base}{p}") for p in ("/links", "/placement?pod=a/b")]
+            wrong = [await answers(f"{base}{p}", "guess") for p in ("/links", "/placement?pod=a/b")]
+            assert asked == []  # nothing asked of the daemon for a refused request
+            right = [
+                await answers(f"{base}{p}", "s3cret") for p in ("/links", "/placement?pod=a/b")
+            ]
+            public = [await answers(f"{base}{p}") for p in ("/metrics", "/healthz", "/readyz")]
+        finally:
+            await server.stop()
+
+    assert [code for code, _ in bare + wrong] == [401] * 4
+    assert "token" in bare[0][1]
+    assert [code for code, _ in right] == [200, 200]
+    assert asked == ["links", "placement"]
+    assert [code for code, _ in public] == [200, 200, 200]
+
+
+async def test_without_a_token_off_loopback_is_refused_and_loopback_still_answered() -> None:
+    with private_loopback() as ns:
+        await add_off_loopback_address(ns)
+        port = free_port()
+        server = HealthServer(f":{port}", CollectorRegistry(), lambda: "")
+        await server.start()
+        try:
+            off = await answers(f"http://{OFF_LOOPBACK}:{port}/links", "")
+            empty = await answers(f"http://{OFF_LOOPBACK}:{port}/links", " ")
+            v4 = await answers(f"http://127.0.0.1:{port}/links")
+            v6 = await answers(f"http://[::1]:{port}/links")
+        finally:
+            await server.stop()
+    assert (off[0], empty[0]) == (401, 401)
+    assert (v4[0], v6[0]) == (200, 200)

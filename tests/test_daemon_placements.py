@@ -17,6 +17,7 @@ from reconciler_helpers import NODE
 
 from meshwire.control.daemon.placements import Placement, PlacementKeeper
 from meshwire.control.daemon.sandbox_store import SandboxStore
+from meshwire.control.links.netns import identity_of
 from meshwire.control.model.topology import Topology, TopologyStatus
 from meshwire.control.tables.topologies import TopologyTable
 
@@ -190,7 +191,8 @@ def test_a_placement_lost_while_the_daemon_was_down_is_written_back_after_its_re
     # Down meanwhile: the Topology was deleted and created again, its status empty.
     keeper, written = restarted(store, r1())
     assert written.calls == [("default/r1", {**REWRITE, "net_ns": netns})]
-    assert keeper.held("default/r1") == Placement("b", netns)
+    assert keeper.held("default/r1") == Placement("b", netns, identity=identity_of(netns))
+    assert keeper.handed(netns)
 
 
 def test_a_sandbox_deleted_before_the_restart_is_not_written_back(tmp_path: Path) -> None:
@@ -260,3 +262,58 @@ def test_a_sandbox_deleted_before_the_api_heard_is_cleared_after_a_restart(
 def test_a_del_is_not_recorded_without_a_store() -> None:
     keeper = PlacementKeeper(NODE.node_ip, TopologyTable(), Written())
     assert not keeper.deleted_late("default/r1", "b")
+
+
+# -- the namespaces a CNI ADD handed the daemon (netns_guard.py) --------------
+
+
+def test_a_namespace_is_handed_by_the_add_that_found_it_there(tmp_path: Path) -> None:
+    _, keeper, _ = synced(r1())
+    netns = existing(tmp_path, "r1-b")
+    assert not keeper.handed(netns)
+    keeper.added("default/r1", "b", netns)
+    assert keeper.handed(netns)
+    assert not keeper.handed(existing(tmp_path, "elsewhere"))
+
+
+def test_a_path_pointed_at_another_namespace_is_no_longer_handed(tmp_path: Path) -> None:
+    _, keeper, _ = synced(r1())
+    netns = existing(tmp_path, "r1-b")
+    keeper.added("default/r1", "b", netns)
+    # Something else now at the same path: another identity (st_dev, st_ino).
+    (tmp_path / "other").touch()
+    (tmp_path / "other").replace(netns)
+    assert not keeper.handed(netns)
+    assert not keeper.was_handed(netns)
+
+
+def test_a_status_alone_hands_no_namespace(tmp_path: Path) -> None:
+    # A status naming this node (a forged one, or one from before the store) is held,
+    # for the keeper to keep the status right, but vouches for no namespace.
+    netns = existing(tmp_path, "victim")
+    _, keeper, _ = synced(r1(dataclasses.replace(HERE, net_ns=netns)))
+    assert keeper.held("default/r1") == Placement("b", netns)
+    assert not keeper.handed(netns)
+    assert not keeper.was_handed(netns)
+
+
+def test_a_deleted_sandbox_leaves_its_namespace_released_until_it_changes(
+    tmp_path: Path,
+) -> None:
+    _, keeper, _ = synced(r1())
+    old, new = existing(tmp_path, "r1-b"), existing(tmp_path, "r1-c")
+    keeper.added("default/r1", "b", old)
+    keeper.added("default/r1", "c", new)  # the pod restarted: the old netns is released
+    assert not keeper.handed(old) and keeper.was_handed(old)
+    keeper.deleted("default/r1", "c")
+    assert not keeper.handed(new) and keeper.was_handed(new)
+    Path(new).unlink()  # the runtime removed the netns
+    assert not keeper.was_handed(new)
+
+
+def test_the_handed_namespaces_survive_a_restart_through_the_store(tmp_path: Path) -> None:
+    store = SandboxStore(tmp_path / "state")
+    netns = existing(tmp_path, "r1-b")
+    PlacementKeeper(NODE.node_ip, TopologyTable(), Written(), store).added("default/r1", "b", netns)
+    keeper, _ = restarted(store, r1(dataclasses.replace(HERE, net_ns=netns)))
+    assert keeper.handed(netns)

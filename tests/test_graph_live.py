@@ -160,7 +160,9 @@ def test_clicking_a_link_shows_its_ends_kind_and_counters(lab: LiveLab) -> None:
 def test_graph_on_a_cluster_draws_the_namespace_from_its_topologies(
     lab: LiveLab, tmp_path: Path
 ) -> None:
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", lab.state.host_url, token="any")
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig", lab.state.host_url, token=lab.state.token()
+    )
     out = tmp_path / "lab.json"
 
     done = lab.meshwire("graph", "--kubeconfig", str(kubeconfig), "-n", "default", "-o", str(out))
@@ -187,7 +189,8 @@ def test_a_link_taken_out_with_apply_leaves_the_page(lab: LiveLab, tmp_path: Pat
     edited.write_text(yaml.safe_dump(objects))
     lab.browser.wait_for("document.getElementById('link:default/5') !== null", WAIT)
 
-    done = lab.meshwire("apply", "-f", str(edited), "--server", lab.state.host_url)
+    token = ("--token-file", str(LabDir(lab.directory).token_file))
+    done = lab.meshwire("apply", "-f", str(edited), "--server", lab.state.host_url, *token)
 
     assert done.returncode == 0, done.stderr
     lab.browser.wait_for("document.getElementById('link:default/5') === null", WAIT)

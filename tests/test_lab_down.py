@@ -60,7 +60,13 @@ def test_down_after_a_failed_up_removes_what_up_had_made(
 class FailingApply(StubRuntime):
     """The API refuses the topology: apply says why on stderr and exits 1."""
 
-    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
+    def apply_argv(
+        self,
+        path: Path,
+        server: str,
+        kubeconfig: Path | None = None,
+        token_file: Path | None = None,
+    ) -> list[str]:
         return ["sh", "-c", "sleep 0.5; echo 'topology r9: refused' >&2; exit 1"]
 
 

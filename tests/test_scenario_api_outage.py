@@ -38,7 +38,10 @@ def r2_links_gone(lab: OneNodeLab) -> bool:
 
 def api_status(lab: OneNodeLab, pod: str) -> dict[str, str]:
     path = f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}/{pod}"
-    with urllib.request.urlopen(lab.state().host_url + path, timeout=10) as answer:
+    request = urllib.request.Request(
+        lab.state().host_url + path, headers={"Authorization": f"Bearer {lab.dir.token()}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
         status: dict[str, str] = yaml.safe_load(answer.read()).get("status") or {}
         return status
 

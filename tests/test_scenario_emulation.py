@@ -25,6 +25,7 @@ from lab_helpers import Lab, in_ns, unique_lab
 
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
+from meshwire.control.lab.state import LabDir
 from meshwire.control.links.names import NodeRole, node_name
 
 pytestmark = pytest.mark.root
@@ -343,7 +344,8 @@ def test_a_same_node_emulated_link_is_carried_tap_to_tap_inside_one_worker(
 
 
 def links_of(lab: Lab, node: int) -> list[dict[str, object]]:
-    answer = http_get(node_ip(node), 51100, "/links", netns=f"{lab.prefix}node{node}")
+    token = LabDir(lab.directory).token()
+    answer = http_get(node_ip(node), 51100, "/links", netns=f"{lab.prefix}node{node}", token=token)
     assert answer is not None and answer[0] == 200
     return json.loads(answer[1])  # type: ignore[no-any-return]
 

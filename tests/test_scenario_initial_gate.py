@@ -27,6 +27,8 @@ from scenario_helpers import (
     read_interfaces,
 )
 
+from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.links.netns import identity_of
 from meshwire.control.reconcile.prune import PruneNotReady, prune
 
 pytestmark = pytest.mark.root
@@ -60,12 +62,17 @@ async def test_until_each_initial_link_was_tried_the_daemon_is_not_ready_and_pru
     async with daemon_node(tmp_path, overrides=overrides) as node:
         r1, r2 = node.pod_netns("r1"), node.pod_netns("r2")
         add_foreign(r1, "eth9", alias="meshwire:default/9")  # link 9, edited out meanwhile
-        # The API's data as the daemon will first list it: r1 and r2 on this node, linked.
+        # What the daemon finds as it comes back: r1 and r2 on this node, linked, in the
+        # API and in its sandbox store (their CNI ADDs, by the daemon that was there).
+        store = SandboxStore(Path(node.daemon.config.cni.state_dir))
         async with serving(node.db) as before:
             api = sync_api(before.url)
             for name, peer, netns in (("r1", "r2", r1), ("r2", "r1", r2)):
+                container = f"c-{name}"
+                store.save(f"default/{name}", Placement(container, netns, "", identity_of(netns)))
                 await call(create, api, topology(name, peer))
-                status = {"status": {"src_ip": "127.0.0.1", "net_ns": netns}}
+                placed = {"src_ip": "127.0.0.1", "net_ns": netns, "container_id": container}
+                status = {"status": placed}
                 await call(
                     api.patch_namespaced_custom_object_status,
                     *TOPOLOGIES,

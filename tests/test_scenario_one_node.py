@@ -158,9 +158,10 @@ def test_an_interface_meshwire_did_not_create_is_never_deleted_even_holding_a_wa
         ends = {(failing[end]["pod"], failing[end]["intf"]) for end in ("local", "peer")}
         assert code == 200 and ("default/r2", "eth2") in ends and failing["permanent"]
         assert "meshwire did not create" in failing["error"]
-        # The same through `meshwire links`, as an operator runs it on the node.
-        url = f"http://{lab.state().nodes['node1'].metrics}"
-        argv = [sys.executable, "-m", "meshwire.control.cli", "links", "--url", url]
+        # The same through `meshwire links`, as an operator runs it on the node: from the
+        # daemon's config, which names its address and the token it asks off loopback.
+        config = lab.state().nodes["node1"].config
+        argv = [sys.executable, "-m", "meshwire.control.cli", "links", "--config", config]
         shown = run_in(lab.node_netns, [*argv, "--state", "error"])
         assert shown.returncode == 0, shown.stderr
         assert "default/r2:eth2" in shown.stdout and "meshwire did not create" in shown.stdout

@@ -1,4 +1,7 @@
-"""`meshwire api serve --db FILE --listen HOST:PORT [--debug-knobs]`.
+"""`meshwire api serve --db FILE --listen HOST:PORT [--token-file F] [--debug-knobs]`.
+
+With `--token-file`, every request must present the token in F as a bearer
+token (server.py); an unreadable or empty file exits 2.
 
 Serves until SIGTERM or SIGINT, then ends every watch and closes the database
 cleanly; exits 0. Prints the URL it serves on (one line, flushed) once it
@@ -14,6 +17,7 @@ import signal
 import sys
 
 from meshwire.control.api.server import DEFAULT_COMPACTION_INTERVAL, ApiServer
+from meshwire.control.auth import token as tokens
 from meshwire.dataplane import hostport
 
 
@@ -38,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
         help="HOST:PORT (default %(default)s)",
     )
     parser.add_argument(
+        "--token-file",
+        help="a file holding the bearer token every request must present (mode 0600)",
+    )
+    parser.add_argument(
         "--debug-knobs",
         action="store_true",
         help="serve POST /debug/knobs (drop/hang watches, compact, delay) and "
@@ -55,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace, token: str) -> None:
     host, port = args.listen
     server = ApiServer(
         args.db,
@@ -64,6 +72,7 @@ async def _serve(args: argparse.Namespace) -> None:
         knobs_enabled=args.debug_knobs,
         bookmark_interval=args.bookmark_interval,
         compaction_interval=args.compaction_interval,
+        token=token,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -80,7 +89,12 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        asyncio.run(_serve(args))
+        token = tokens.read(args.token_file) if args.token_file else ""
+    except (OSError, ValueError) as e:
+        print(f"meshwire api serve: --token-file: {e}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(args, token))
     except OSError as e:
         print(
             f"meshwire api serve: cannot listen on {args.listen[0]}:{args.listen[1]}: {e}",

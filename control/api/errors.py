@@ -75,6 +75,11 @@ class NotFound(ApiError):
     reason = "NotFound"
 
 
+class Unauthorized(ApiError):
+    code = 401
+    reason = "Unauthorized"
+
+
 class MethodNotAllowed(ApiError):
     code = 405
     reason = "MethodNotAllowed"

@@ -5,8 +5,11 @@ It serves the subset of kube-apiserver that the official `kubernetes` client's
 `networkop.co.uk/v1beta1` `topologies` (see `handlers`) and the daemons'
 cluster-scoped `meshwire.dev/v1alpha1` `idallocations` (see `idallocations`),
 plus discovery documents, from one SQLite file (see `store`; each resource has
-its own tables and resourceVersion sequence). Nothing is authenticated: it
-listens on loopback or a lab's private addresses only.
+its own tables and resourceVersion sequence). With a `token` (`meshwire api
+serve --token-file`, as `meshwire lab up` starts it) every request must
+present it as a bearer token, or is answered 401 and touches nothing; there
+are no users or roles beyond that. Without one, nothing is authenticated: for
+a server on a private loopback (tests) only.
 
 Test knobs let a test break things the way a real API server or network does:
 `drop_watches()` ends every open watch, `compact()` compacts the history to the
@@ -39,6 +42,7 @@ from meshwire.control.api.handlers import TopologyHandlers
 from meshwire.control.api.requests import RequestCounts
 from meshwire.control.api.store import Store
 from meshwire.control.api.watch import Broadcaster
+from meshwire.control.auth import token as tokens
 from meshwire.dataplane import hostport
 
 # Compact history older than this many seconds (kube-apiserver compacts every 5 min).
@@ -57,8 +61,13 @@ class ApiServer:
         knobs_enabled: bool = False,
         bookmark_interval: float = 1.0,
         compaction_interval: float = DEFAULT_COMPACTION_INTERVAL,
+        token: str = "",
     ) -> None:
+        """`token`: the bearer token every request must present (`Authorization: Bearer
+        ...`); a request without it is answered 401 before any handler runs. "": none
+        asked (a server on a private loopback)."""
         self.db_path = db_path
+        self.token = token
         self.host = host
         self.port = port
         self.knobs_enabled = knobs_enabled
@@ -97,7 +106,12 @@ class ApiServer:
             hung=lambda: self.hung,
         )
         app = web.Application(
-            middlewares=[self._count_middleware, self._delay_middleware, _status_middleware]
+            middlewares=[
+                self._auth_middleware,
+                self._count_middleware,
+                self._delay_middleware,
+                _status_middleware,
+            ]
         )
         app.add_routes(discovery.routes())
         app.add_routes(handlers.routes())
@@ -179,6 +193,13 @@ class ApiServer:
             for store, rv in zip(stores, previous, strict=True):
                 store.compact(rv)
             previous = [store.resource_version for store in stores]
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.token and not tokens.presented(request.headers.get("Authorization"), self.token):
+            error = errors.Unauthorized("this API asks for its token (Authorization: Bearer)")
+            return jsonio.response(error.status(), status=error.code)
+        return await handler(request)
 
     @web.middleware
     async def _count_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -153,7 +153,7 @@ def run(netns: str, intf: str, write: str, count: int, seconds: float, what: str
 def main(argv: list[str]) -> int:
     # Only this command reads a daemon's config; `meshwire lab` imports the module
     # for its capture options and would pay for the config model at every start.
-    from meshwire.control.client.links_command import TIMEOUT, daemon_url
+    from meshwire.control.client.links_command import TIMEOUT, daemon_request, daemon_url
     from meshwire.control.common.config import ConfigError
 
     args = parser().parse_args(argv)
@@ -162,7 +162,8 @@ def main(argv: list[str]) -> int:
     if not netns:
         try:
             base = args.url or daemon_url(args.config)
-            with urllib.request.urlopen(base.rstrip("/") + "/links", timeout=TIMEOUT) as answer:
+            request = daemon_request(base.rstrip("/") + "/links", args.config)
+            with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:
                 entries = json.loads(answer.read())
             netns, intf = end_netns(entries, args.end)
         except (OSError, ValueError, ConfigError, CaptureError) as exc:

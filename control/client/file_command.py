@@ -1,6 +1,7 @@
 """The shell `meshwire apply` and `meshwire delete` share: FILE in, one API call per Topology.
 
-    meshwire apply|delete -f FILE [--server URL | --kubeconfig F] [-n NAMESPACE]
+    meshwire apply|delete -f FILE [--server URL [--token-file F] | --kubeconfig F]
+                          [-n NAMESPACE]
 
 FILE is read by `meshwire.control.model.load`: meshnet YAML (objects of other
 kinds are skipped), a containerlab file or a KNE topology; `-` reads stdin.
@@ -8,7 +9,9 @@ kinds are skipped), a containerlab file or a KNE topology; `-` reads stdin.
 namespace differs from an explicit `-n` is an error, as in kubectl. The API is
 the embedded one (`--server`) or any cluster (`--kubeconfig`, or the default
 kubeconfig / in-cluster config when neither is given), through the official
-`kubernetes` client.
+`kubernetes` client. `--token-file` names a file holding the bearer token to
+present to `--server` (a lab's embedded API asks for the one in its
+directory).
 
 Prints one line per object, `topology.networkop.co.uk/NAME OUTCOME`, in the
 file's order, while up to PARALLEL objects are in flight at once. Exit
@@ -31,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
+from meshwire.control.auth import token as tokens
 from meshwire.control.informer.failure import server_message
 from meshwire.control.model.load import LoadError, load_file, load_text
 from meshwire.control.model.topology import GROUP, Topology
@@ -83,6 +87,9 @@ def run(command: str, description: str, operation: Operation, argv: list[str]) -
     except ConfigException as e:
         print(f"{prog}: kubeconfig: {e}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as e:
+        print(f"{prog}: --token-file: {e}", file=sys.stderr)
+        return 2
     failed = 0
     pool = ThreadPoolExecutor(PARALLEL)
     try:
@@ -117,6 +124,8 @@ def _attempt(operation: Operation, api: Any, obj: dict[str, Any]) -> str | Excep
 def _client(args: argparse.Namespace) -> Any:
     if args.server:
         configuration = client.Configuration(host=args.server.rstrip("/"))
+        if args.token_file:
+            configuration.api_key["BearerToken"] = tokens.header(tokens.read(args.token_file))
     else:
         configuration = client.Configuration()
         if args.kubeconfig or "KUBERNETES_SERVICE_HOST" not in os.environ:
@@ -137,5 +146,8 @@ def _parser(command: str, description: str) -> argparse.ArgumentParser:
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--server", help="API server URL, e.g. the embedded one")
     target.add_argument("--kubeconfig", help="kubeconfig file")
+    parser.add_argument(
+        "--token-file", help="with --server: a file holding the bearer token to present"
+    )
     parser.add_argument("-n", "--namespace", help="namespace for objects without one")
     return parser

@@ -5,7 +5,9 @@ Meant to run where the daemon runs; in the DaemonSet:
 (the image has no curl). The daemon is found at `--url`, else at the config's
 `metrics.listen` (`--config`, with the `MESHWIRE_*` environment as the daemon
 reads it), else at the default port on loopback. A wildcard or empty host
-means this host: loopback is asked.
+means this host: loopback is asked. The token of the config's
+`metrics.token_file`, if any, is presented: the daemon asks it of a client
+off loopback.
 
 Exit status: 0 with the table (or `--json`, the daemon's answer as is); 1
 when the daemon cannot be reached or answers an error, naming the URL; 2 for
@@ -21,6 +23,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from meshwire.control.auth import token as tokens
 from meshwire.control.client.text_table import table
 from meshwire.control.common.config import ConfigError, MetricsConfig, load_config
 from meshwire.control.tables.links import State
@@ -47,7 +50,7 @@ def main(argv: list[str]) -> int:
         return 2
     url = base.rstrip("/") + "/links" + (f"?state={args.state}" if args.state else "")
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
+        with urllib.request.urlopen(daemon_request(url, args.config), timeout=TIMEOUT) as answer:
             body = answer.read().decode()
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace").strip()
@@ -61,6 +64,16 @@ def main(argv: list[str]) -> int:
     else:
         print(render(json.loads(body)))
     return 0
+
+
+def daemon_request(url: str, config_path: str | None) -> urllib.request.Request:
+    """A GET of `url` presenting the token of the config's `metrics.token_file`, if any;
+    raises ConfigError, or OSError/ValueError for an unreadable token file."""
+    request = urllib.request.Request(url)
+    token_file = load_config(config_path).metrics.token_file if config_path else ""
+    if token_file:
+        request.add_header("Authorization", tokens.header(tokens.read(token_file)))
+    return request
 
 
 def daemon_url(config_path: str | None) -> str:

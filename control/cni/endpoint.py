@@ -14,8 +14,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import stat
+import struct
+import tempfile
 from typing import Protocol
 
 from meshwire.control.cni.frame import (
@@ -44,6 +47,8 @@ REQUEST_READ_TIMEOUT = 10.0
 # On close, in-flight requests get this long to finish; the rest are cancelled
 # and their shims answer "try again later" (code 11).
 CLOSE_GRACE = 5.0
+# struct ucred, as SO_PEERCRED gives it: pid, uid, gid.
+PEERCRED = struct.Struct("3i")
 
 
 class CniHandler(Protocol):
@@ -79,15 +84,21 @@ class CniEndpoint:
 
     `start` creates the socket's directory, removes a stale socket left by a
     dead daemon, and refuses (EndpointError) a path that is not a socket or
-    that a live daemon still serves. The socket is mode 0600: only root (the
-    runtime) may talk to it. `close` stops intake, waits `grace` seconds for
+    that a live daemon still serves. The socket is mode 0600 from its first
+    moment: it is bound inside a fresh 0700 directory beside `path`, set 0600
+    there, and renamed into place. And each connection's peer must be uid
+    `peer_uid` (SO_PEERCRED; root, the runtime): any other is answered a CNI
+    error (code 100) without a byte of its request read. A path of any length
+    works (AF_UNIX addresses hold 107 bytes; the socket is bound and probed
+    through its directory's fd). `close` stops intake, waits `grace` seconds for
     in-flight requests, cancels the rest and removes the socket file if it is
     still the one this endpoint created.
     """
 
-    def __init__(self, path: str, handler: CniHandler) -> None:
+    def __init__(self, path: str, handler: CniHandler, peer_uid: int = 0) -> None:
         self.path = path
         self._handler = handler
+        self._peer_uid = peer_uid
         self._server: asyncio.Server | None = None
         self._inode = 0
         # Connection tasks not yet answered; each removes itself when done.
@@ -97,14 +108,19 @@ class CniEndpoint:
         directory = os.path.dirname(self.path) or "."
         try:
             os.makedirs(directory, mode=0o755, exist_ok=True)
+            dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             problem = f"cannot create {directory}: {exc}"
             raise EndpointError(f"cni.socket {self.path}: {problem}") from exc
-        _remove_stale(self.path)
+        try:
+            name = os.path.basename(self.path)
+            _remove_stale(self.path, _short(dir_fd, name))
+            sock = _bind_private(directory, dir_fd, name)
+        finally:
+            os.close(dir_fd)
         self._server = await asyncio.start_unix_server(
-            self._serve, path=self.path, limit=MAX_FRAME_BYTES
+            self._serve, sock=sock, limit=MAX_FRAME_BYTES
         )
-        os.chmod(self.path, 0o600)
         self._inode = os.stat(self.path).st_ino
 
     async def close(self, grace: float = CLOSE_GRACE) -> None:
@@ -134,8 +150,12 @@ class CniEndpoint:
         assert task is not None
         self._inflight.add(task)
         try:
-            frame = await _read_frame(reader)
-            response = await self._answer(frame) if isinstance(frame, bytes) else frame
+            refusal = self._refusal(writer.get_extra_info("socket"))
+            if refusal is not None:
+                response = refusal
+            else:
+                frame = await _read_frame(reader)
+                response = await self._answer(frame) if isinstance(frame, bytes) else frame
             writer.write(encode_response(response))
             await writer.drain()
         except (ConnectionError, TimeoutError) as exc:
@@ -145,6 +165,21 @@ class CniEndpoint:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+    def _refusal(self, sock: socket.socket) -> Response | None:
+        """The answer to a peer that is not uid `peer_uid`; None for one that is."""
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+        pid, uid, _ = PEERCRED.unpack(creds)
+        if uid == self._peer_uid:
+            return None
+        log.warning(
+            "cni: refused a connection from pid %d, uid %d: not uid %d", pid, uid, self._peer_uid
+        )
+        error = CniError(
+            ErrorCode.INTERNAL,
+            f"meshwire daemon: only uid {self._peer_uid} may use the CNI socket (peer uid {uid})",
+        )
+        return error_response(error, LATEST_VERSION)
 
     async def _answer(self, frame: bytes) -> Response:
         version, request = LATEST_VERSION, None
@@ -191,7 +226,35 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes | Response:
     return error_response(error, LATEST_VERSION)
 
 
-def _remove_stale(path: str) -> None:
+def _short(dir_fd: int, name: str) -> str:
+    """An AF_UNIX address for `name` in the directory open as `dir_fd`, short whatever
+    the directory's path."""
+    return f"/proc/self/fd/{dir_fd}/{name}"
+
+
+def _bind_private(directory: str, dir_fd: int, name: str) -> socket.socket:
+    """A Unix socket bound at `name` in `directory` (open as `dir_fd`), mode 0600 before
+    anyone can reach it: bound in a fresh 0700 directory beside it, then renamed."""
+    staging = tempfile.mkdtemp(prefix=".cni-", dir=directory)  # mode 0700
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        staging_fd = os.open(staging, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            sock.bind(_short(staging_fd, name))
+            os.chmod(name, 0o600, dir_fd=staging_fd)
+            os.rename(name, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
+        finally:
+            os.close(staging_fd)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return sock
+
+
+def _remove_stale(path: str, address: str) -> None:
+    """Remove the socket at `path` (reached at `address`) if no daemon serves it."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -201,7 +264,7 @@ def _remove_stale(path: str) -> None:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.settimeout(1.0)
-        probe.connect(path)
+        probe.connect(address)
     except OSError:
         os.unlink(path)
         return

@@ -57,6 +57,12 @@ class ApiConfig(_Section):
         description="kubeconfig file used when `api.url` is empty. Empty too: the "
         "in-cluster service account, as in a DaemonSet.",
     )
+    token_file: str = Field(
+        default="",
+        description="A file holding the bearer token sent with every request to `api.url` "
+        "(a lab's embedded API asks for its token); read again when it changes. Empty: "
+        "none sent.",
+    )
     namespace: str = Field(
         default="",
         description="Watch Topology objects in this namespace only. Empty: all "
@@ -225,6 +231,20 @@ class MetricsConfig(_Section):
         description="Serves /metrics (Prometheus), /healthz, /readyz and /links. HOST:PORT, an "
         "IPv6 host in brackets; no HOST: every address, IPv4 and IPv6 (kubelet probes "
         "the node's address, whichever family it is); 0.0.0.0: IPv4 only.",
+    )
+
+    token_file: str = Field(
+        default="",
+        description="A file holding the bearer token (`Authorization: Bearer ...`) that "
+        "/links and /placement ask of a client not on loopback: they name the node's pods "
+        "and namespaces. Empty: they answer loopback only. /metrics, /healthz and /readyz "
+        "answer anyone.",
+    )
+    counters_interval: float = Field(
+        default=1.0,
+        ge=0,
+        description="/links?counters=1 reads the kernel's counters (a link dump per pod "
+        "netns) at most once in this many seconds; requests in between get the last read.",
     )
 
     @field_validator("listen")

@@ -43,18 +43,20 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient
 
+from meshwire.control.auth import token as tokens
 from meshwire.control.cni.endpoint import CniEndpoint
 from meshwire.control.common import heap
-from meshwire.control.common.config import Config
+from meshwire.control.common.config import Config, ConfigError
 from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_patiently
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.daemon import reserved_ports
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
-from meshwire.control.daemon.link_counters import read_counters
+from meshwire.control.daemon.link_counters import CountersCache
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
+from meshwire.control.daemon.netns_guard import GuardedDriver
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.plumbing_error import PlumbingErrors
 from meshwire.control.daemon.sandbox_store import SandboxStore
@@ -119,10 +121,14 @@ class Daemon:
         self.reaper = Reaper()
         drivers = kernel_drivers(vxlan_port=config.vxlan.port, reaper=self.reaper)
         drivers[LinkKind.GRPC] = self.wire.driver
-        self.driver = Drivers(drivers)
+        self.metrics = Metrics()
+        # Acts only in namespaces this node's CNI handed it; the placement keeper
+        # vouches for them once `_connect` made it.
+        self.driver = GuardedDriver(
+            Drivers(drivers), lambda action: self.metrics.netns_refused.labels(action).inc()
+        )
         backoff = ExponentialBackoff(config.reconcile.backoff_min, config.reconcile.backoff_max)
         self.queue = WorkQueue(debounce=config.reconcile.debounce, limiter=backoff)
-        self.metrics = Metrics()
         self.reconciler = LinkReconciler(
             self.links,
             self.driver,
@@ -130,6 +136,8 @@ class Daemon:
             on_duration=self.metrics.observe_reconcile,
         )
         self._waits = StartWaits()
+        self._counters = CountersCache(config.metrics.counters_interval)
+        self._metrics_token = _metrics_token(config)
         cni = config.cni
         # Deployed by deploy/: once meshwire's namespace goes, hold every link and
         # take the shim out of the chain (uninstall_watch.py).
@@ -184,7 +192,9 @@ class Daemon:
 
     async def run(self) -> None:
         """Connect to the API, build what talks to it, serve until stopped; links stay."""
-        api = await make_api_client(self.config.api.url, self.config.api.kubeconfig)
+        api = await make_api_client(
+            self.config.api.url, self.config.api.kubeconfig, self.config.api.token_file
+        )
         try:
             await self._serve(api, self._connect(api))
         finally:
@@ -238,6 +248,7 @@ class Daemon:
             self.status.set,
             SandboxStore(Path(self.config.cni.state_dir)),
         )
+        self.driver.authority = placements
         handler = DaemonCniHandler(
             self.config.node_ip,
             self.topologies,
@@ -259,6 +270,7 @@ class Daemon:
                 self.not_ready,
                 self._link_report,
                 self._placement,
+                self._metrics_token,
             ),
         )
 
@@ -327,9 +339,9 @@ class Daemon:
         await self.reconciler.run()
 
     async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
-        """`/links`: the rows are taken here, on the loop; counters read on a thread."""
+        """`/links`: the rows are taken here, on the loop; counters from the cache."""
         rows = self.links.with_status()
-        read = await asyncio.to_thread(read_counters, [r for r, _ in rows]) if counters else None
+        read = await self._counters.read([r for r, _ in rows]) if counters else None
         return link_report(rows, state, read)
 
     async def _listen(self, health: HealthServer) -> None:
@@ -396,6 +408,17 @@ class Daemon:
 
     def _slots_changed(self, namespaces: set[str]) -> None:
         self.plumbing.mark(self.desired.rederive_namespaces(namespaces))
+
+
+def _metrics_token(config: Config) -> str:
+    """The token of `metrics.token_file` ("" for none); raises ConfigError naming the key."""
+    path = config.metrics.token_file
+    if not path:
+        return ""
+    try:
+        return tokens.read(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"metrics.token_file {path}: {exc}") from None
 
 
 def _wire_stack(config: Config) -> WireStack:

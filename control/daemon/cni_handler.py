@@ -126,11 +126,12 @@ class DaemonCniHandler:
         topology = await self._topology(request)
         if topology is None:
             return
-        placement = PodPlacement(self.node_ip, request.netns, request.container_id)
-        write_placement(self.topologies, self._status.set, topology.key, placement)
+        # Held first: the namespace is handed to the daemon before links are derived in it.
         recorded = self.placements.added(
             topology.key, request.container_id, request.netns, request.network
         )
+        placement = PodPlacement(self.node_ip, request.netns, request.container_id)
+        write_placement(self.topologies, self._status.set, topology.key, placement)
         # A new sandbox: its links are checked against the kernel even when they
         # derive as before (a netns at the same path, a DEL that never came).
         self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))

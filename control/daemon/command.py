@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     except ListenError as exc:
         print(f"meshwire daemon: {exc}", file=sys.stderr)
         return 1
-    except CredentialError as exc:
+    except (CredentialError, ConfigError) as exc:
         print(f"meshwire daemon: {exc}", file=sys.stderr)
         return 2
     return 0

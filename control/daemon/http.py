@@ -7,16 +7,22 @@ the missing condition before that. `/metrics` is Prometheus text. `/links`
 is the node's link ends with their state as JSON (link_report.py);
 `/links?state=error` only the failing ones, an unknown state is a 400;
 `/links?counters=1` adds each end's kernel counters (link_counters.py), read
-fresh: one link dump per pod netns, so a poller pays for what it asks.
+at most once per `metrics.counters_interval`.
 `/placement?pod=NS/NAME` is the pod's placement as this daemon has read it
 from its Topology status (`src_ip`, `net_ns`) and whether topology changes
 are still waiting to be derived (`deriving`); 404 for a pod it has no
 Topology of. A caller that just moved a pod learns from it when every node
 has seen the move (`lab restart-pod` waits for it).
+
+`/links` and `/placement` name the node's pods and their namespaces: they
+answer a client on loopback, or one presenting the token of
+`metrics.token_file` (`Authorization: Bearer ...`), and 401 anyone else,
+before reading the request's query.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -24,7 +30,16 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from meshwire.control.auth import token as tokens
 from meshwire.dataplane import hostport
+
+
+def _unauthorized() -> web.Response:
+    return web.Response(
+        status=401,
+        text="only loopback, or a client presenting metrics.token_file's token\n",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 class HealthServer:
@@ -35,11 +50,13 @@ class HealthServer:
         not_ready: Callable[[], str],
         links: Callable[[str, bool], Awaitable[list[dict[str, Any]]]] | None = None,
         placement: Callable[[str], dict[str, Any] | None] | None = None,
+        token: str = "",
     ) -> None:
         """`not_ready()` returns "" when ready, else what is still missing;
         `links(state, counters)` the `/links` entries, with kernel counters when
         `counters`, raising ValueError for a bad state; `placement(pod_key)` the
-        `/placement` answer, None for a pod with no Topology."""
+        `/placement` answer, None for a pod with no Topology; `token` what a client
+        off loopback must present for those two ("": none may)."""
         host, self.port = hostport.split(listen)
         # aiohttp binds every address of both families for None (":51100").
         self.host: str | None = host or None
@@ -47,6 +64,7 @@ class HealthServer:
         self._not_ready = not_ready
         self._links = links or _no_links
         self._placement = placement or _no_placement
+        self._token = token
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -83,7 +101,15 @@ class HealthServer:
         body = generate_latest(self._registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def _admitted(self, request: web.Request) -> bool:
+        """Whether `request` may read `/links` or `/placement`."""
+        return _loopback(request.remote) or tokens.presented(
+            request.headers.get("Authorization"), self._token
+        )
+
     async def _links_json(self, request: web.Request) -> web.Response:
+        if not self._admitted(request):
+            return _unauthorized()
         try:
             counters = request.query.get("counters", "") not in ("", "0", "false")
             entries = await self._links(request.query.get("state", ""), counters)
@@ -94,6 +120,8 @@ class HealthServer:
         )
 
     async def _placement_json(self, request: web.Request) -> web.Response:
+        if not self._admitted(request):
+            return _unauthorized()
         pod = request.query.get("pod", "")
         if pod.count("/") != 1:
             return web.Response(status=400, text="pod: give it as NAMESPACE/NAME\n")
@@ -101,6 +129,17 @@ class HealthServer:
         if answer is None:
             return web.Response(status=404, text=f"no Topology {pod}\n")
         return web.Response(text=json.dumps(answer) + "\n", content_type="application/json")
+
+
+def _loopback(remote: str | None) -> bool:
+    """Whether a peer address is on loopback (an IPv4-mapped IPv6 one included)."""
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 async def _no_links(state: str, counters: bool) -> list[dict[str, Any]]:

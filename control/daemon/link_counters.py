@@ -1,13 +1,19 @@
 """Kernel counters of this node's link ends, for `/links?counters=1`.
 
-Read fresh on each call, one link dump per pod netns (on a thread each:
-`call_in_netns`), never cached. An end whose netns or interface does not
-exist reads as `{"exists": False}`: a normal answer while a link is built.
+`read_counters` reads them fresh, one link dump per pod netns (on a thread
+each: `call_in_netns`). An end whose netns or interface does not exist reads
+as `{"exists": False}`: a normal answer while a link is built. `CountersCache`
+is what the endpoint uses: at most one read per interval, however many
+clients poll, and concurrent requests share the read in progress. An end
+the last read did not cover (a link built since) has no counters until the
+next read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -66,3 +72,31 @@ def read_counters(rows: Iterable[LinkRow]) -> dict[tuple[str, str], Counters]:
         for intf in intfs:
             out[(netns, intf)] = found.get(intf, {"exists": False})
     return out
+
+
+class CountersCache:
+    def __init__(
+        self,
+        interval: float,
+        reader: Callable[[Sequence[LinkRow]], dict[tuple[str, str], Counters]] = read_counters,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`reader(rows)` reads the counters (on a thread); at most once per `interval`
+        seconds of `clock`."""
+        self.interval = interval
+        self._reader = reader
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        # The last read and when it began; None before the first.
+        self._last: dict[tuple[str, str], Counters] | None = None
+        self._at = 0.0
+
+    async def read(self, rows: Sequence[LinkRow]) -> dict[tuple[str, str], Counters]:
+        """The counters of `rows`' ends: the last read if it began less than `interval`
+        ago, else a new one."""
+        async with self._lock:
+            now = self._clock()
+            if self._last is None or now - self._at >= self.interval:
+                self._last = await asyncio.to_thread(self._reader, rows)
+                self._at = now
+            return self._last

@@ -98,6 +98,14 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.netns_refused = PromCounter(
+            "meshwire_netns_refused",
+            "Link actions refused because a status named a netns no CNI ADD on this node "
+            "handed the daemon (action: build, clear).",
+            ["action"],
+            registry=self.registry,
+        )
+
     def attach(self, view: StateView) -> None:
         self.registry.register(StateCollector(view))
 

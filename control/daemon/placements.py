@@ -37,6 +37,14 @@ the store also knows a pod whose placement the API lost while the daemon was
 down, and it names the sandbox this node added last. A sandbox whose DEL was
 answered before the API had its clear is not held, even if the API still
 names it: the keeper then clears it.
+
+The keeper is also the daemon's authority on namespaces (netns_guard.py): a
+namespace is handed to the daemon while a sandbox held from an ADD names it
+and it still has the identity the ADD found. A sandbox held from the API
+alone vouches for none: a status is not proof that this node's CNI put a
+pod there. A namespace stays released, where the daemon may still clear
+what it built, from the DEL (or the next ADD of its pod) until its identity
+changes.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import logging
 from collections.abc import Callable
 
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.links.netns import identity_of
 from meshwire.control.model.topology import TopologyStatus
 from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
@@ -81,6 +90,11 @@ class PlacementKeeper:
         self._store = store
         # Pod key -> the sandbox this node added last and has not deleted.
         self._held: dict[str, Placement] = {}
+        # Netns path -> identity, of sandboxes no longer held whose links may still
+        # be cleared; an entry goes once the path no longer has that identity.
+        self._released: dict[str, tuple[int, int]] = {}
+        # Netns path -> identity, of the held sandboxes that have one (`handed`).
+        self._handed: dict[str, tuple[int, int]] = {}
         self._tracker = topologies.track()
         self._seeded = False
 
@@ -91,7 +105,7 @@ class PlacementKeeper:
         """The runtime added a sandbox of pod `key` here, through CNI network `network`.
         Returns whether it is recorded in the sandbox store before this returns: then a
         restarted daemon still writes its placement, should the API not have it yet."""
-        self._held[key] = Placement(container_id, netns, network)
+        self._hold(key, Placement(container_id, netns, network, identity_of(netns)))
         return self._store is not None and self._store.save(key, self._held[key])
 
     def deleted(self, key: str, container_id: str) -> None:
@@ -99,6 +113,7 @@ class PlacementKeeper:
         held = self._held.get(key)
         if held is not None and (not container_id or container_id == held.container_id):
             del self._held[key]
+            self._release(held)
             if self._store is not None:
                 self._store.remove(key)
 
@@ -107,6 +122,43 @@ class PlacementKeeper:
         the API: record that, for a restarted daemon to clear what the API still says.
         Whether it is on disk."""
         return self._store is not None and self._store.mark_deleted(key, container_id)
+
+    def handed(self, netns: str) -> bool:
+        """Whether a sandbox this node's CNI ADD put here is in `netns`, the very
+        namespace the ADD found at that path: links may be built in it."""
+        recorded = self._handed.get(netns)
+        return recorded is not None and identity_of(netns) == recorded
+
+    def was_handed(self, netns: str) -> bool:
+        """Whether `netns` is handed, or was and is still the same namespace: what the
+        daemon built in it may be cleared."""
+        if self.handed(netns):
+            return True
+        released = self._released.get(netns)
+        if released is None:
+            return False
+        if identity_of(netns) == released:
+            return True
+        del self._released[netns]
+        return False
+
+    def _hold(self, key: str, placement: Placement) -> None:
+        self._release(self._held.get(key))
+        self._held[key] = placement
+        if placement.identity is not None:
+            self._handed[placement.netns] = placement.identity
+            self._released.pop(placement.netns, None)
+
+    def _release(self, held: Placement | None) -> None:
+        if held is not None and held.identity is not None:
+            if self._handed.get(held.netns) == held.identity:
+                del self._handed[held.netns]
+            # Namespaces released earlier and gone since are forgotten here: the map
+            # holds only those a runtime has not torn down yet.
+            for netns, identity in list(self._released.items()):
+                if identity_of(netns) != identity:
+                    del self._released[netns]
+            self._released[held.netns] = held.identity
 
     def held_through(self, network: str) -> dict[str, Placement]:
         """The sandboxes held that were added through CNI network `network`, by pod key."""
@@ -135,7 +187,8 @@ class PlacementKeeper:
             for key, placement in self._held.items():
                 if key not in recorded:  # held since before the store existed
                     self._store.save(key, placement)
-            self._held.update(recorded)
+            for key, placement in recorded.items():
+                self._hold(key, placement)
 
     def step(self) -> list[str]:
         """Make the statuses that changed say what this node holds (see the module doc);

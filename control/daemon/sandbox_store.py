@@ -7,6 +7,12 @@ it answered. Without it a restarted daemon learns what runs here from the
 API only, and a placement lost from the API while the daemon was down (a
 stale clear, the Topology deleted and created again) is lost for good.
 
+Each record keeps the identity of the sandbox's netns as the ADD found it
+(`identity`: st_dev and st_ino of the netns file): the daemon builds links
+only in a namespace that still has it (netns_guard.py). A record without one
+(written before identities were kept, or of a netns the ADD could not stat)
+is loaded, but vouches for no namespace.
+
 The directory belongs on tmpfs (`/run`): a reboot forgets the sandboxes
 together with the files. Loading drops a sandbox whose netns path is gone
 (the runtime tore it down while the daemon was away) and an unreadable
@@ -42,6 +48,9 @@ class Placement:
     # The CNI network (conflist name) of the ADD; empty when not known (a sandbox
     # held from the API), and then no GC of a network releases it.
     network: str = ""
+    # (st_dev, st_ino) of the netns file at the ADD; None when not known (a sandbox
+    # held from the API, an old record), and then it vouches for no namespace.
+    identity: tuple[int, int] | None = None
 
 
 class SandboxStore:
@@ -51,12 +60,14 @@ class SandboxStore:
     def save(self, key: str, placement: Placement) -> bool:
         """Record that pod `key` runs here in `placement` (replacing any previous one);
         whether the record is on disk."""
-        body = {
+        body: dict[str, object] = {
             "pod": key,
             "container_id": placement.container_id,
             "netns": placement.netns,
             "network": placement.network,
         }
+        if placement.identity is not None:
+            body["identity"] = list(placement.identity)
         try:
             self._write(self._path(key), body)
         except OSError as exc:
@@ -129,7 +140,7 @@ class SandboxStore:
             loaded[key] = placement
         return loaded
 
-    def _write(self, path: Path, body: dict[str, str]) -> None:
+    def _write(self, path: Path, body: dict[str, object]) -> None:
         """Write `body` as JSON to `path`, whole or not at all; raises OSError."""
         tmp = path.with_name(path.name + ".tmp")
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -164,7 +175,19 @@ def _read(path: Path) -> tuple[str, Placement] | None:
         return None
     if not (pod and container_id and netns):
         return None
-    return str(pod), Placement(str(container_id), str(netns), str(network))
+    return str(pod), Placement(str(container_id), str(netns), str(network), _identity(body))
+
+
+def _identity(body: dict[str, object]) -> tuple[int, int] | None:
+    """The record's netns identity; None when absent or malformed."""
+    identity = body.get("identity")
+    if (
+        isinstance(identity, list)
+        and len(identity) == 2
+        and all(isinstance(part, int) and not isinstance(part, bool) for part in identity)
+    ):
+        return (identity[0], identity[1])
+    return None
 
 
 def _read_deleted(path: Path) -> tuple[str, str] | None:

@@ -48,12 +48,17 @@ class LabSource:
         objects = self._topologies(state)
         reports: list[dict[str, Any]] = []
         for node in state.nodes.values():
-            reports.extend(self._links(node.metrics))
+            reports.extend(self._links(node.metrics, state.token()))
         return build(f"lab {state.name}", objects, nodes, state.inter_node_link_type, reports)
 
     def _topologies(self, state: LabState) -> list[dict[str, Any]]:
         answer = http_get(
-            HUB_IP, state.api_port, TOPOLOGIES_PATH, self.names.hub_netns, HTTP_TIMEOUT
+            HUB_IP,
+            state.api_port,
+            TOPOLOGIES_PATH,
+            self.names.hub_netns,
+            HTTP_TIMEOUT,
+            token=state.token(),
         )
         if answer is not None and answer[0] == 200:
             try:
@@ -70,9 +75,11 @@ class LabSource:
             out.append({**obj, "status": {"src_ip": src_ip}})
         return out
 
-    def _links(self, listen: str) -> list[dict[str, Any]]:
+    def _links(self, listen: str, token: str) -> list[dict[str, Any]]:
         host, port = hostport.split(listen)
-        answer = http_get(host, port, "/links?counters=1", self.names.hub_netns, HTTP_TIMEOUT)
+        answer = http_get(
+            host, port, "/links?counters=1", self.names.hub_netns, HTTP_TIMEOUT, token=token
+        )
         if answer is None or answer[0] != 200:
             return []
         try:

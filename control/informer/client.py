@@ -29,11 +29,13 @@ class ApiConfigError(ValueError):
     """The `api.*` keys lead to no usable API server; the message names the key."""
 
 
-async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
+async def make_api_client(url: str, kubeconfig: str, token_file: str = "") -> ApiClient:
     """An `ApiClient` for `url`, else for the kubeconfig at `kubeconfig`, else in-cluster.
 
     `url` (config `api.url`) is a plain http(s) URL such as the embedded API's;
-    no credentials are sent, and nothing is contacted yet. `kubeconfig` (config
+    the only credential sent to it is the bearer token in `token_file` (config
+    `api.token_file`, "" for none; read again whenever it changed, see
+    `TokenFile`), and nothing is contacted yet. `kubeconfig` (config
     `api.kubeconfig`) is loaded with its current context and never written
     back (token refreshes stay in memory). `url` wins when both are set, as the
     config keys document; with both empty the pod's service account is used.
@@ -45,7 +47,14 @@ async def make_api_client(url: str, kubeconfig: str) -> ApiClient:
     stat before each request: a rotated token is used from the next request on.
     """
     if url:
-        return _client(Configuration(host=url.rstrip("/")))
+        configuration = Configuration(host=url.rstrip("/"))
+        if token_file:
+            hook = TokenFile(token_file)
+            # Read once now: the client asks the hook only for a key it already has.
+            hook(configuration)
+            # Typed None by the client, which calls it with the configuration.
+            configuration.refresh_api_key_hook = hook  # type: ignore[assignment]
+        return _client(configuration)
     configuration = Configuration()
     if kubeconfig:
         _require_file(kubeconfig)

@@ -5,7 +5,9 @@ The lab sets, per node: `node_name`, `node_ip` (its underlay address),
 `dataplane.run_dir` (in the node's lab directory: the workers outlive a killed
 daemon and are adopted by the next, and `lab down` stops them there),
 `peer.listen` and `metrics.listen` (on the node's address, keeping the base
-config's ports), and `cni.add_timeout` 300 s unless the base config
+config's ports), `api.token_file` and `metrics.token_file` (the lab's token: the
+daemon presents it to the lab's API, and asks it of a client of `/links` and
+`/placement` off its loopback), and `cni.add_timeout` 300 s unless the base config
 sets it. `workers` defaults to 1 unless the base config sets
 it: N simulated nodes on one machine must not start N x cores processes.
 `auth.ca_cert`, `auth.ca_key` and `auth.wire_key` point at the lab's own
@@ -59,11 +61,17 @@ def _port(base: dict[str, Any], section: str, default: int) -> int:
 
 
 def node_config(
-    base: dict[str, Any], node: str, ip: str, api_url: str, node_dir: Path, auth_dir: Path
+    base: dict[str, Any],
+    node: str,
+    ip: str,
+    api_url: str,
+    node_dir: Path,
+    auth_dir: Path,
+    token_file: Path,
 ) -> dict[str, Any]:
     """The config of one node: a pure function of the base config and the node's place.
     `auth_dir` holds the lab's credentials (`meshwire certs init`), which every node uses
-    unless the base config names its own."""
+    unless the base config names its own; `token_file` the lab's API token."""
     config = copy.deepcopy(base)
     auth = config.setdefault("auth", {})
     auth.setdefault("ca_cert", str(auth_dir / "ca.crt"))
@@ -73,6 +81,7 @@ def node_config(
     config["node_ip"] = ip
     config.setdefault("workers", 1)
     config.setdefault("api", {})["url"] = api_url
+    config["api"]["token_file"] = str(token_file)
     config.setdefault("cni", {})["socket"] = str(node_dir / "cni.sock")
     config["cni"]["state_dir"] = str(node_dir / "sandboxes")
     config.setdefault("dataplane", {})["run_dir"] = str(node_dir / WORKER_DIR)
@@ -80,6 +89,7 @@ def node_config(
     config.setdefault("peer", {})["listen"] = f"{ip}:{_port(base, 'peer', DEFAULT_PEER_PORT)}"
     metrics = _port(base, "metrics", DEFAULT_METRICS_PORT)
     config.setdefault("metrics", {})["listen"] = f"{ip}:{metrics}"
+    config["metrics"]["token_file"] = str(token_file)
     return config
 
 

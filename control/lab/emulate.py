@@ -60,7 +60,14 @@ def _request(
         )
     data = b"" if body is None else json.dumps(body).encode()
     answer = http_request(
-        method, HUB_IP, state.api_port, path, data, netns=names.hub_netns, timeout=10.0
+        method,
+        HUB_IP,
+        state.api_port,
+        path,
+        data,
+        netns=names.hub_netns,
+        timeout=10.0,
+        token=state.token(),
     )
     if answer is None:
         raise LabError(f"lab {state.name}: the API does not answer")

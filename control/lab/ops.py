@@ -99,11 +99,12 @@ def _wait_placement_seen(lab: LabDir, state: LabState, pod: PodRecord, deadline:
     want = (state.nodes[pod.node].ip, str(pods.sandbox_path(lab, pod)))
     path = f"/placement?pod={pod.namespace}/{pod.name}"
     waiting = set(state.nodes)
+    token = state.token()
     while True:
         for node in sorted(waiting):
             record = state.nodes[node]
             host, port = hostport.split(record.metrics)
-            answer = http_get(host, port, path, netns=record.netns)
+            answer = http_get(host, port, path, netns=record.netns, token=token)
             if answer is None:
                 waiting.discard(node)
             elif answer[0] == 200:

@@ -18,6 +18,7 @@ import struct
 import time
 from collections.abc import Callable
 
+from meshwire.control.auth import token as tokens
 from meshwire.control.lab.netns import socket_in
 
 POLL = 0.1
@@ -26,10 +27,16 @@ RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 
 
 def http_get(
-    host: str, port: int, path: str, netns: str | None = None, timeout: float = 2.0
+    host: str,
+    port: int,
+    path: str,
+    netns: str | None = None,
+    timeout: float = 2.0,
+    token: str = "",
 ) -> tuple[int, str] | None:
-    """GET `path` (HTTP/1.0) -> (status, body), from inside `netns` when given; None on failure."""
-    return http_request("GET", host, port, path, netns=netns, timeout=timeout)
+    """GET `path` (HTTP/1.0) -> (status, body), from inside `netns` when given, presenting
+    `token` as a bearer token if given; None on failure."""
+    return http_request("GET", host, port, path, netns=netns, timeout=timeout, token=token)
 
 
 def http_request(
@@ -41,13 +48,17 @@ def http_request(
     content_type: str = "application/json",
     netns: str | None = None,
     timeout: float = 2.0,
+    token: str = "",
 ) -> tuple[int, str] | None:
-    """`method path` (HTTP/1.0) with `body` -> (status, body); None on failure."""
+    """`method path` (HTTP/1.0) with `body`, presenting `token` as a bearer token if given
+    -> (status, body); None on failure."""
     try:
         sock = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
     except OSError:
         return None
     head = f"{method} {path} HTTP/1.0\r\nHost: {host}\r\n"
+    if token:
+        head += f"Authorization: {tokens.header(token)}\r\n"
     if body or method != "GET":
         head += f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
     with sock:

@@ -31,11 +31,19 @@ class Runtime(Protocol):
         """The Topology objects of a lab file; raises LabError naming the file."""
         ...
 
-    def api_argv(self, db: Path, listen: str) -> list[str]: ...
+    def api_argv(self, db: Path, listen: str, token_file: Path) -> list[str]:
+        """The embedded API on `listen`, asking every request for the token in `token_file`."""
+        ...
 
-    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
-        """`meshwire apply` of `path` to the embedded API at `server`, or with `kubeconfig`
-        to the server that names."""
+    def apply_argv(
+        self,
+        path: Path,
+        server: str,
+        kubeconfig: Path | None = None,
+        token_file: Path | None = None,
+    ) -> list[str]:
+        """`meshwire apply` of `path` to the embedded API at `server` presenting the token in
+        `token_file`, or with `kubeconfig` to the server that names."""
         ...
 
     def daemon_argv(self, config: Path) -> list[str]: ...
@@ -63,13 +71,22 @@ class MeshwireRuntime:
     def load(self, path: Path) -> list[Topology]:
         return load_lab_file(path)
 
-    def api_argv(self, db: Path, listen: str) -> list[str]:
-        return meshwire_argv("api", "serve", "--db", str(db), "--listen", listen)
+    def api_argv(self, db: Path, listen: str, token_file: Path) -> list[str]:
+        return meshwire_argv(
+            "api", "serve", "--db", str(db), "--listen", listen, "--token-file", str(token_file)
+        )
 
-    def apply_argv(self, path: Path, server: str, kubeconfig: Path | None = None) -> list[str]:
+    def apply_argv(
+        self,
+        path: Path,
+        server: str,
+        kubeconfig: Path | None = None,
+        token_file: Path | None = None,
+    ) -> list[str]:
         if kubeconfig is not None:
             return meshwire_argv("apply", "-f", str(path), "--kubeconfig", str(kubeconfig))
-        return meshwire_argv("apply", "-f", str(path), "--server", server)
+        token = ["--token-file", str(token_file)] if token_file is not None else []
+        return meshwire_argv("apply", "-f", str(path), "--server", server, *token)
 
     def daemon_argv(self, config: Path) -> list[str]:
         return meshwire_argv("daemon", "--config", str(config))

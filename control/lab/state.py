@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from meshwire.control.auth import token as tokens
 from meshwire.control.lab import tmpfs
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import HUB_IP
@@ -104,6 +105,10 @@ class LabState:
     # runs nothing is not here. Fixed for the lab's life.
     software: dict[str, dict[str, Any]] = field(default_factory=dict)
     complete: bool = False
+
+    def token(self) -> str:
+        """The lab's token (`LabDir.token`)."""
+        return LabDir(Path(self.directory)).token()
 
     @property
     def api_url(self) -> str:
@@ -185,6 +190,19 @@ class LabDir:
     @property
     def db(self) -> Path:
         return self.path / "api.db"
+
+    @property
+    def token_file(self) -> Path:
+        """The lab's bearer token (mode 0600, made by `up`): its API asks every request
+        for it, its daemons a client of `/links` and `/placement` off their loopback."""
+        return self.path / "token"
+
+    def token(self) -> str:
+        """The lab's token; "" when it has none (a lab made before tokens)."""
+        try:
+            return tokens.read(self.token_file)
+        except (OSError, ValueError):
+            return ""
 
     def input_copy(self, original: Path) -> Path:
         """Where the lab keeps its copy of the lab file; the name is kept (it hints the format)."""

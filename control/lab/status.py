@@ -40,7 +40,9 @@ def api_items(state: LabState, names: LabNames) -> list[dict[str, Any]] | None:
     lab on a Kubernetes API server (`lab up --kubeconfig`)."""
     if state.kube_server:
         return None
-    answer = http_get(HUB_IP, state.api_port, TOPOLOGIES_PATH, netns=names.hub_netns)
+    answer = http_get(
+        HUB_IP, state.api_port, TOPOLOGIES_PATH, netns=names.hub_netns, token=state.token()
+    )
     if answer is None or answer[0] != 200:
         return None
     try:

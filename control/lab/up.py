@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshwire.control.auth import certs
+from meshwire.control.auth import token as tokens
 from meshwire.control.lab import daemons, nodes, pods, processes, relay, software
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.cni import MARGIN
@@ -157,6 +158,9 @@ def _up(
         },
     )
     lab.save(state)
+    # The lab's API token (mode 0600): only who can read the lab directory's files may
+    # use its API, and its daemons' /links and /placement from off their loopback.
+    tokens.generate(lab.token_file)
     # The lab's own cluster credentials (control/auth/certs.py): each node's daemon
     # issues its own certificate from this CA.
     certs.init_dir(lab.path / AUTH_DIR, force=True)
@@ -176,7 +180,9 @@ def _up(
         start_api(lab, state, names, runtime)
         progress.step("apply topology")
         _start_host_relay(lab, state, names, progress)
-        applying = Apply(runtime, lab.topologies_file, names.hub_netns, state.api_url)
+        applying = Apply(
+            runtime, lab.topologies_file, names.hub_netns, state.api_url, token_file=lab.token_file
+        )
     else:
         progress.step(f"API server {kube.server}: namespaces, ServiceAccount, RBAC")
 
@@ -266,7 +272,8 @@ def start_api(lab: LabDir, state: LabState, names: LabNames, runtime: Runtime) -
     state.api_port = API_PORT
     lab.save(state)
     listen = f"{HUB_IP}:{API_PORT}"
-    api = _spawn(lab, state, "api", argv_for(names.hub_netns, runtime.api_argv(lab.db, listen)))
+    argv = runtime.api_argv(lab.db, listen, lab.token_file)
+    api = _spawn(lab, state, "api", argv_for(names.hub_netns, argv))
     try:
         ok = wait_until(
             lambda: tcp_open(HUB_IP, API_PORT, netns=names.hub_netns),
@@ -317,13 +324,14 @@ class Apply:
         hub: str | None = None,
         server: str = "",
         kubeconfig: Path | None = None,
+        token_file: Path | None = None,
     ) -> None:
         if kubeconfig is not None:
             argv = runtime.apply_argv(path, "", kubeconfig)
             server = str(kubeconfig)
         else:
             assert hub is not None
-            argv = argv_for(hub, runtime.apply_argv(path, server))
+            argv = argv_for(hub, runtime.apply_argv(path, server, token_file=token_file))
         self._what = f"apply {path} to {server}"
         self._deadline = time.monotonic() + APPLY_TIMEOUT
         try:
@@ -366,7 +374,13 @@ def _create_node(
     nodes.create_node(names, node, ip)
     node_dir = lab.node_dir(node)
     config = daemons.node_config(
-        dict(base), node, ip, state.api_url, node_dir, lab.path.resolve() / AUTH_DIR
+        dict(base),
+        node,
+        ip,
+        state.api_url,
+        node_dir,
+        lab.path.resolve() / AUTH_DIR,
+        lab.token_file.resolve(),
     )
     if kube is not None:
         kubeconfig = node_dir / "kubeconfig"

@@ -76,6 +76,17 @@ class Netns:
     identity: tuple[int, int]
 
 
+def identity_of(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of what is at `path` now; None if nothing is. Two paths are the
+    same namespace iff their identities are equal; a `/var/run/netns` entry whose bind
+    mount is gone (or was replaced) has another identity than the namespace it named."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 @contextmanager
 def open_netns(path: str) -> Iterator[Netns]:
     """Open the netns at `path`; the fd is closed on exit.
