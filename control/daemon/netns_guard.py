@@ -29,7 +29,7 @@ a macvlan's host interface) are the node's own and not asked about.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from meshwire.control.links.driver import LinkDriver, OwnedInterface
@@ -73,9 +73,10 @@ class GuardedDriver:
                 )
         self._inner.update(row)
 
-    def delete(self, row: LinkRow) -> None:
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
+        """`keep`: pod ends (netns, interface) another row holds now; see `LinkDriver`."""
         if self._may_clear(row):
-            self._inner.delete(row)
+            self._inner.delete(row, keep)
 
     def move(self, previous: LinkRow, row: LinkRow) -> None:
         if self._may_clear(previous):
