@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ class Inner:
     def update(self, row: LinkRow) -> None:
         self.calls.append(f"update {row.key}")
 
-    def delete(self, row: LinkRow) -> None:
+    def delete(self, row: LinkRow, keep: Collection[tuple[str, str]] = ()) -> None:
         self.calls.append(f"delete {row.key}")
 
     def move(self, previous: LinkRow, row: LinkRow) -> None:
