@@ -57,6 +57,10 @@ def bfd_up(lab: Lab, router: str) -> int:
     return sum(1 for line in shown.splitlines() if line.split()[-1:] == ["up"])
 
 
+def running_config(lab: Lab, router: str) -> str:
+    return lab_exec(lab, router, "vtysh", "-c", "show running-config").stdout
+
+
 def wait_converged(lab: Lab, routers: list[str]) -> None:
     """Until every router is Full in OSPF and Up in IS-IS with both of its neighbours,
     and its two BFD sessions are up."""
@@ -95,8 +99,12 @@ def test_frr_example_converges_restarts_and_goes(tmp_path: Path) -> None:
         assert lab.run("up", str(LAB_FILE), "--nodes", "2") == 0
         for router in routers:
             assert lab_exec(lab, router, "hostname").stdout == f"{router}\n"
-            shown = lab_exec(lab, router, "vtysh", "-c", "show running-config").stdout
-            assert f"hostname {router}" in shown  # its own bound config
+            # Its own bound config, once its daemons answer vtysh (`cmd` starts them).
+            deadline = time.monotonic() + CONVERGE_DEADLINE
+            while not (shown := running_config(lab, router)):
+                assert time.monotonic() < deadline, f"{router}'s vtysh never answered"
+                time.sleep(POLL)
+            assert f"hostname {router}" in shown
         wait_converged(lab, routers)
         wait_pings(lab, "r1", 1)
 
