@@ -54,6 +54,36 @@ spec:
 """
 
 
+# LAB_FILE with an address on every end: r1 in the middle, linked to r2 (uid 1) and r3 (uid 2).
+ADDRESSED_LAB = """\
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r1}
+spec:
+  links:
+  - {uid: 1, peer_pod: r2, local_intf: eth1, peer_intf: eth1,
+     local_ip: 10.0.1.1/24, peer_ip: 10.0.1.2/24}
+  - {uid: 2, peer_pod: r3, local_intf: eth2, peer_intf: eth1,
+     local_ip: 10.0.2.1/24, peer_ip: 10.0.2.3/24}
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r2}
+spec:
+  links:
+  - {uid: 1, peer_pod: r1, local_intf: eth1, peer_intf: eth1,
+     local_ip: 10.0.1.2/24, peer_ip: 10.0.1.1/24}
+---
+apiVersion: networkop.co.uk/v1beta1
+kind: Topology
+metadata: {name: r3}
+spec:
+  links:
+  - {uid: 2, peer_pod: r1, local_intf: eth1, peer_intf: eth2,
+     local_ip: 10.0.2.3/24, peer_ip: 10.0.2.1/24}
+"""
+
+
 class StubRuntime:
     preload: tuple[str, ...] = ()
 

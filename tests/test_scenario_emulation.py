@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_helpers import Lab, in_ns, unique_lab
+from lab_helpers import ADDRESSED_LAB, Lab, in_ns, unique_lab
 
 from meshwire.control.lab.names import node_ip
 from meshwire.control.lab.probe import http_get
@@ -30,33 +30,6 @@ from meshwire.control.links.names import NodeRole, node_name
 
 pytestmark = pytest.mark.root
 
-LAB = """\
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r1}
-spec:
-  links:
-  - {uid: 1, peer_pod: r2, local_intf: eth1, peer_intf: eth1,
-     local_ip: 10.0.1.1/24, peer_ip: 10.0.1.2/24}
-  - {uid: 2, peer_pod: r3, local_intf: eth2, peer_intf: eth1,
-     local_ip: 10.0.2.1/24, peer_ip: 10.0.2.3/24}
----
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r2}
-spec:
-  links:
-  - {uid: 1, peer_pod: r1, local_intf: eth1, peer_intf: eth1,
-     local_ip: 10.0.1.2/24, peer_ip: 10.0.1.1/24}
----
-apiVersion: networkop.co.uk/v1beta1
-kind: Topology
-metadata: {name: r3}
-spec:
-  links:
-  - {uid: 2, peer_pod: r1, local_intf: eth1, peer_intf: eth2,
-     local_ip: 10.0.2.3/24, peer_ip: 10.0.2.1/24}
-"""
 RTT = re.compile(r"rtt min/avg/max/mdev = ([\d.]+)/")
 LOSS = re.compile(r"(\d+) packets transmitted, (\d+) received")
 WAIT = 60.0
@@ -68,7 +41,7 @@ WORKER_PID = re.compile(r'^meshwire_worker_pid\{worker="\d+"\} (\S+)$', re.M)
 def lab(tmp_path: Path) -> Iterator[Lab]:
     placement = tmp_path / "placement.yaml"
     placement.write_text("r1: node1\nr2: node2\nr3: node1\n")
-    with unique_lab(tmp_path, LAB) as lab:
+    with unique_lab(tmp_path, ADDRESSED_LAB) as lab:
         assert lab.run("up", str(lab.file), "--nodes", "2", "--placement", str(placement)) == 0
         yield lab
 
@@ -365,7 +338,7 @@ def test_vxlan_nodes_without_credentials_emulate_same_node_links_and_refuse_cros
     )
     placement = tmp_path / "placement.yaml"
     placement.write_text("r1: node1\nr2: node2\nr3: node1\n")
-    with unique_lab(tmp_path, LAB) as lab:
+    with unique_lab(tmp_path, ADDRESSED_LAB) as lab:
         up = ("up", str(lab.file), "--nodes", "2", "--placement", str(placement))
         assert lab.run(*up, "--config", str(config)) == 0
         assert lab.run("impair", "r1:eth2", "--delay", "20") == 0
