@@ -20,6 +20,7 @@ import pytest
 from slot_helpers import slot
 
 from meshwire.control.common.ids import wire_id
+from meshwire.control.links.aside import Reaper
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 NETNS_DIR = "/var/run/netns"
@@ -68,6 +69,20 @@ def namespaces() -> Iterator[Namespaces]:
         yield spaces
     finally:
         spaces.remove_all()
+
+
+# How long a test's reaper may take to delete the node sides it set aside.
+REAP_WAIT = 30.0
+
+
+@pytest.fixture
+def reaper() -> Iterator[Reaper]:
+    """The test's own `Reaper`, flushed at teardown, so no set-aside interface outlives it."""
+    reaper = Reaper()
+    try:
+        yield reaper
+    finally:
+        reaper.flush(REAP_WAIT)
 
 
 def links(netns: str) -> dict[str, dict[str, Any]]:

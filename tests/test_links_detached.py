@@ -11,7 +11,6 @@ NO-CARRIER.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 from links_helpers import (
@@ -23,6 +22,7 @@ from links_helpers import (
     needs_root,
     netns_name,
     pings,
+    reaper,
     underlay,
     veth_row,
     vxlan_row,
@@ -35,18 +35,9 @@ from meshwire.control.links.names import Mark
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 pytestmark = [needs_root, pytest.mark.root]
-__all__ = ["namespaces"]
+__all__ = ["namespaces", "reaper"]
 
 WAIT = 30.0
-
-
-@pytest.fixture
-def reaper() -> Iterator[Reaper]:
-    reaper = Reaper()
-    try:
-        yield reaper
-    finally:
-        reaper.flush(WAIT)
 
 
 def detached(row: LinkRow, local: End) -> LinkRow:

@@ -6,8 +6,6 @@ test's own `host` netns); the link is the two node sides stitched together.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from links_helpers import (
     Namespaces,
@@ -19,6 +17,7 @@ from links_helpers import (
     needs_root,
     netns_name,
     pings,
+    reaper,
     veth_row,
     wait_until,
 )
@@ -31,18 +30,9 @@ from meshwire.control.links.names import BUILD_GROUP, pod_peer_name
 from meshwire.control.links.netns import netlink, open_netns
 
 pytestmark = [needs_root, pytest.mark.root]
-__all__ = ["namespaces"]
+__all__ = ["namespaces", "reaper"]
 
 WAIT = 30.0
-
-
-@pytest.fixture
-def reaper() -> Iterator[Reaper]:
-    reaper = Reaper()
-    try:
-        yield reaper
-    finally:
-        reaper.flush(WAIT)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from links_helpers import (
     namespaces,
     needs_root,
     netns_name,
+    reaper,
     wait_until,
 )
 
@@ -36,7 +37,7 @@ from meshwire.control.wire.types import TapRef
 from meshwire.dataplane.tap import TapSpec, open_tap_in, tap_info
 
 pytestmark = [needs_root, pytest.mark.root]
-__all__ = ["namespaces"]
+__all__ = ["namespaces", "reaper"]
 
 KEY = "lab/5/r1"
 MARK = "meshwire:lab/5"
@@ -105,15 +106,6 @@ def pod(namespaces: Namespaces) -> str:
 @pytest.fixture
 def host(namespaces: Namespaces) -> str:
     return namespaces.add("host")
-
-
-@pytest.fixture
-def reaper() -> Iterator[Reaper]:
-    reaper = Reaper()
-    try:
-        yield reaper
-    finally:
-        reaper.flush(WAIT)
 
 
 @pytest.fixture
