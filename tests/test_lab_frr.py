@@ -116,3 +116,68 @@ def test_frr_example_converges_restarts_and_goes(tmp_path: Path) -> None:
         started = [p["pid"] for p in state["processes"]]
         assert lab.run("down") == 0
         assert not any(pid_alive(pid) for pid in started)
+
+
+def ospf_up_since(lab: Lab, router: str) -> dict[str, int]:
+    """Each Full OSPF neighbour's uptime in ms: it starts again at 0 when the adjacency
+    drops and comes back."""
+    shown = lab_exec(lab, router, "--", "vtysh", "-c", "show ip ospf neighbor json")
+    neighbours = json.loads(shown.stdout)["neighbors"]
+    return {
+        rid: int(sessions[0]["upTimeInMsec"])
+        for rid, sessions in neighbours.items()
+        if sessions[0].get("nbrState", "").startswith("Full")
+    }
+
+
+def bfd_downs(lab: Lab, router: str) -> dict[str, tuple[str, int]]:
+    """Each BFD session's (status, how often it went down)."""
+    shown = lab_exec(lab, router, "--", "vtysh", "-c", "show bfd peers counters json")
+    peers = json.loads(shown.stdout)
+    brief = lab_exec(lab, router, "--", "vtysh", "-c", "show bfd peers json")
+    status = {p["peer"]: p["status"] for p in json.loads(brief.stdout)}
+    return {p["peer"]: (status.get(p["peer"], "?"), int(p["session-down"])) for p in peers}
+
+
+def ifindexes(lab: Lab, router: str) -> dict[str, int]:
+    shown = lab_exec(lab, router, "--", "ip", "-j", "link", "show")
+    return {i["ifname"]: int(i["ifindex"]) for i in json.loads(shown.stdout)}
+
+
+@pytest.mark.parametrize("transport", ["vxlan", "grpc"])
+def test_killing_every_daemon_changes_nothing_the_routers_see(
+    tmp_path: Path, transport: str
+) -> None:
+    """Issue 38: both nodes' daemons SIGKILLed and started again (the workers carrying
+    the grpc links outlive them): no OSPF adjacency restarts, no BFD session goes down,
+    no interface of any router is replaced."""
+    routers = list(NEIGHBOURS)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"inter_node_link_type: {transport}\n")
+    with unique_lab(tmp_path) as lab:
+        assert lab.run("up", str(LAB_FILE), "--nodes", "2", "--config", str(config)) == 0
+        wait_converged(lab, routers)
+        before = {r: (ospf_up_since(lab, r), bfd_downs(lab, r), ifindexes(lab, r)) for r in routers}
+        assert all(downs == 0 for r in routers for _, downs in before[r][1].values()), before
+        started = time.monotonic()
+
+        assert lab.run("kill-daemon", "node1") == 0
+        assert lab.run("kill-daemon", "node2") == 0
+        # Longer than OSPF's dead interval (4 s) and BFD's detection time (5 s), and than
+        # a new daemon takes to adopt the workers.
+        time.sleep(6)
+
+        elapsed_ms = (time.monotonic() - started) * 1000
+        for router in routers:
+            ospf_before, _, links_before = before[router]
+            ospf_after, bfd_after = ospf_up_since(lab, router), bfd_downs(lab, router)
+            assert set(ospf_after) == NEIGHBOURS[router], (router, ospf_after)
+            for rid, uptime in ospf_after.items():
+                # No restart: up at least as long as before plus the time since, bar 1 s
+                # for FRR's own rounding and the time between the reads.
+                assert uptime >= ospf_before[rid] + elapsed_ms - 1000, (router, rid, uptime)
+            assert bfd_after == {peer: ("up", 0) for peer in before[router][1]}, (
+                router,
+                bfd_after,
+            )
+            assert ifindexes(lab, router) == links_before, router
