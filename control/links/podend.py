@@ -1,7 +1,8 @@
 """Pod ends: every link end a pod holds is a veth whose peer is in the node's netns.
 
 The contract with what runs in the pod: its interface `end.intf` is a veth,
-made once with the end's MAC, the row's MTU and address, up and marked, and
+made once with the end's MAC, the row's MTU and address, the same GSO limit on
+every transport (`TAP_GSO_MAX_SIZE`), up and marked, and
 then never deleted, renamed, re-addressed or replaced while it is intact,
 whatever carries the link and whatever happens to the link. Its peer, the
 node side, is `names.pod_peer_name(namespace, pod, intf)` in the node's netns
@@ -35,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from meshwire.dataplane.tap import GSO_MAX_SIZE
+
 from ..tables.links import End, LinkKind, LinkRow
 from . import iface, rtnl
 from .aside import Reaper
@@ -43,6 +46,11 @@ from .names import BUILD_GROUP, Mark, NodeRole, node_name, pod_peer_name
 from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
+# The largest GSO packet either side takes: no more than a workers' TAP takes
+# (dataplane/tap.py), so that a pod's TCP segments stitched onto a TAP go through
+# whole. Larger ones (a veth's default is 65,536) the kernel would cut to the MTU in
+# software before the TAP: a third of the wire's TCP throughput.
+TAP_GSO_MAX_SIZE = GSO_MAX_SIZE
 # Interface groups of node sides by their holder's kind ("mwh" + the kind's place);
 # names.BUILD_GROUP is another.
 HOLDER_BASE = 0x6D776800
@@ -163,7 +171,15 @@ def release(
 def _create(
     mark: Mark, end: End, mtu: int, name: str, pod: Side, node: Side
 ) -> tuple[iface.Iface, iface.Iface]:
-    create = rtnl.new_veth(end.intf, name, node.ns.fd, mtu, group=BUILD_GROUP, mac=end.mac)
+    create = rtnl.new_veth(
+        end.intf,
+        name,
+        node.ns.fd,
+        mtu,
+        group=BUILD_GROUP,
+        mac=end.mac,
+        gso_max_size=TAP_GSO_MAX_SIZE,
+    )
 
     def make() -> None:
         pod.ipr.rtnl.request(create)

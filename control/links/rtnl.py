@@ -80,6 +80,7 @@ IFLA_AF_SPEC = 26
 IFLA_GROUP = 27
 IFLA_NET_NS_FD = 28
 IFLA_CARRIER = 33
+IFLA_GSO_MAX_SIZE = 41
 IFLA_LINK_NETNSID = 37
 IFLA_INFO_KIND = 1
 IFLA_INFO_DATA = 2
@@ -186,14 +187,17 @@ def new_veth(
     group: int = 0,
     mac: str = "",
     peer_mac: str = "",
+    gso_max_size: int = 0,
 ) -> tuple[int, int, bytes]:
     """Create veth `name` here and its peer `peer` straight in the netns of `peer_netns_fd`,
     both at `mtu` (0: the kernel's default) and in interface group `group` (0: the
-    default), with MAC `mac` and `peer_mac` ("": random); fails with EEXIST if a
+    default), with MAC `mac` and `peer_mac` ("": random) and both taking GSO packets
+    of at most `gso_max_size` bytes (0: the kernel's default); fails with EEXIST if a
     name is taken."""
+    gso = attr_u32(IFLA_GSO_MAX_SIZE, gso_max_size) if gso_max_size else b""
     peer_attrs = attr_str(IFLA_IFNAME, peer) + attr_u32(IFLA_NET_NS_FD, peer_netns_fd)
-    own = attr_str(IFLA_IFNAME, name) + _created_attrs(mtu, group, mac)
-    peer_attrs += _created_attrs(mtu, group, peer_mac)
+    own = attr_str(IFLA_IFNAME, name) + _created_attrs(mtu, group, mac) + gso
+    peer_attrs += _created_attrs(mtu, group, peer_mac) + gso
     peer_info = attr(VETH_INFO_PEER, IFINFOMSG.pack(0, 0, 0, 0, 0) + peer_attrs)
     info = attr_str(IFLA_INFO_KIND, "veth") + attr(IFLA_INFO_DATA, peer_info)
     body = IFINFOMSG.pack(0, 0, 0, 0, 0) + own + attr(IFLA_LINKINFO, info)
