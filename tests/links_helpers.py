@@ -146,22 +146,16 @@ def netns_name(path: str) -> str:
     return os.path.basename(path)
 
 
+def veth_across(a: str, a_intf: str, b: str, b_intf: str) -> None:
+    """A veth pair straight across two netns (paths): `a_intf` in `a`, `b_intf` in `b`."""
+    ip("-n", netns_name(a), "link", "add", a_intf, "type", "veth",
+       "peer", b_intf, "netns", netns_name(b))  # fmt: skip
+
+
 def underlay(spaces: Namespaces) -> tuple[str, str]:
     """Two "node" netns joined by a veth underlay, 192.0.2.1 and 192.0.2.2."""
     n1, n2 = spaces.add("n1"), spaces.add("n2")
-    ip(
-        "-n",
-        netns_name(n1),
-        "link",
-        "add",
-        "u0",
-        "type",
-        "veth",
-        "peer",
-        "u0",
-        "netns",
-        netns_name(n2),
-    )
+    veth_across(n1, "u0", n2, "u0")
     for path, address in ((n1, "192.0.2.1/24"), (n2, "192.0.2.2/24")):
         ip("-n", netns_name(path), "addr", "add", address, "dev", "u0")
         ip("-n", netns_name(path), "link", "set", "u0", "up")

@@ -27,6 +27,7 @@ from links_helpers import (
     needs_root,
     netns_name,
     pings,
+    veth_across,
     veth_row,
     wait_until,
 )
@@ -157,19 +158,7 @@ def test_an_aside_end_left_in_a_pod_by_an_earlier_version_is_removed_by_the_next
 ) -> None:
     host = namespaces.add("host")
     a, old_b, new_b = namespaces.add("a"), namespaces.add("b"), namespaces.add("b2")
-    ip(
-        "-n",
-        netns_name(a),
-        "link",
-        "add",
-        "eth1",
-        "type",
-        "veth",
-        "peer",
-        "eth1",
-        "netns",
-        netns_name(old_b),
-    )
+    veth_across(a, "eth1", old_b, "eth1")
     # The daemon died between setting the old end aside and deleting it.
     old = aside_name(int(str(links(a)["eth1"]["ifindex"])))
     ip("-n", netns_name(a), "link", "set", "eth1", "alias", "meshwire:lab/1")

@@ -16,6 +16,7 @@ from links_helpers import (
     needs_root,
     netns_name,
     pings,
+    veth_across,
 )
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
@@ -28,19 +29,7 @@ __all__ = ["namespaces"]
 @pytest.fixture
 def node(namespaces: Namespaces) -> tuple[Drivers, str, str]:
     host, outside = namespaces.add("node"), namespaces.add("out")
-    ip(
-        "-n",
-        netns_name(host),
-        "link",
-        "add",
-        "ens5",
-        "type",
-        "veth",
-        "peer",
-        "wire",
-        "netns",
-        netns_name(outside),
-    )
+    veth_across(host, "ens5", outside, "wire")
     ip("-n", netns_name(host), "link", "set", "ens5", "up")
     ip("-n", netns_name(outside), "addr", "add", "10.2.0.9/24", "dev", "wire")
     ip("-n", netns_name(outside), "link", "set", "wire", "up")

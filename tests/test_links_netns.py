@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import uvloop
-from links_helpers import Namespaces, ip, namespaces, needs_root, netns_name
+from links_helpers import Namespaces, ip, namespaces, needs_root, netns_name, veth_across
 
 from meshwire.control.links import iface
 from meshwire.control.links import netns as links_netns
@@ -137,8 +137,7 @@ def test_the_socket_maker_keeps_no_namespace_alive_and_survives_a_bad_request(
     # A thread in a netns holds it: were the maker to stay in the last netns it
     # entered, a deleted pod netns would live on, and its veth ends with it.
     gone, stays = namespaces.add("gone"), namespaces.add("stays")
-    ip("-n", netns_name(gone), "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-       "netns", netns_name(stays))  # fmt: skip
+    veth_across(gone, "v0", stays, "v1")
     maker = SocketMaker()
     with pytest.raises(FileNotFoundError):
         maker.socket("/var/run/netns/mwt-never-there", socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -205,8 +204,7 @@ def test_a_kept_connection_holds_its_netns_until_the_pool_closes_it(
     pool = SocketPool(idle=3600)
     monkeypatch.setattr(links_netns, "POOL", pool)
     a, b = namespaces.add("a"), namespaces.add("b")
-    ip("-n", netns_name(a), "link", "add", "v-kept", "type", "veth", "peer", "v-far",
-       "netns", netns_name(b))  # fmt: skip
+    veth_across(a, "v-kept", b, "v-far")
     with open_netns(b) as ns, netlink(ns) as ipr:
         assert iface.find(ipr, "v-far") is not None
     assert pool.kept() == 1

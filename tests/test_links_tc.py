@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from links_helpers import Namespaces, ip, links, namespaces, needs_root, netns_name, pings
+from links_helpers import (
+    Namespaces,
+    ip,
+    links,
+    namespaces,
+    needs_root,
+    netns_name,
+    pings,
+    veth_across,
+)
 
 from meshwire.control.links import tc
 from meshwire.control.links.netns import netlink, open_netns
@@ -23,19 +32,7 @@ def test_two_stitched_veth_pairs_carry_frames_and_read_back(namespaces: Namespac
     # a (10.0.0.1) -- veth -- x1 [stitch] x2 -- veth -- b (10.0.0.2), x1/x2 in `mid`.
     a, mid, b = namespaces.add("a"), namespaces.add("mid"), namespaces.add("b")
     for pod, side, address in ((a, "x1", "10.0.0.1/30"), (b, "x2", "10.0.0.2/30")):
-        ip(
-            "-n",
-            netns_name(mid),
-            "link",
-            "add",
-            side,
-            "type",
-            "veth",
-            "peer",
-            "p",
-            "netns",
-            netns_name(pod),
-        )
+        veth_across(mid, side, pod, "p")
         ip("-n", netns_name(pod), "addr", "add", address, "dev", "p")
         ip("-n", netns_name(pod), "link", "set", "p", "up")
         ip("-n", netns_name(mid), "link", "set", side, "up")

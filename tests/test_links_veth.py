@@ -18,6 +18,7 @@ from links_helpers import (
     netns_name,
     pings,
     reaper,
+    veth_across,
     veth_row,
     wait_until,
 )
@@ -241,19 +242,7 @@ def test_a_pair_made_by_an_earlier_version_becomes_two_pod_ends(
 ) -> None:
     a, b = namespaces.add("a"), namespaces.add("b")
     # An earlier version joined the two pods with one veth pair, straight across.
-    ip(
-        "-n",
-        netns_name(a),
-        "link",
-        "add",
-        "eth1",
-        "type",
-        "veth",
-        "peer",
-        "eth1",
-        "netns",
-        netns_name(b),
-    )
+    veth_across(a, "eth1", b, "eth1")
     for pod in (a, b):
         ip("-n", netns_name(pod), "link", "set", "eth1", "alias", "meshwire:lab/1")
     driver.update(veth_row(a, b, a_ip="10.0.0.1/30", b_ip="10.0.0.2/30"))
