@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from meshwire.control.lab.names import netns_path
+from meshwire.control.lab.state import LabDir
 from meshwire.control.links.netns import netlink, open_netns, socket_in
 
 NETNS_DIR = "/var/run/netns"
@@ -185,9 +187,8 @@ def meshwire(*args: str) -> str:
 
 
 def pod_netns(lab: str, pod: str) -> str:
-    status = json.loads(meshwire("lab", "status", "--name", lab, "--json"))
-    (found,) = [p["netns"] for p in status["pods"] if p["pod"] in (pod, f"default/{pod}")]
-    return str(found)
+    """The path of `pod`'s netns now, from the lab's state."""
+    return netns_path(LabDir.locate(lab, None).load().pod(pod).netns)
 
 
 def first_of(*times: float | None) -> float | None:
