@@ -36,7 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from meshwire.dataplane.tap import GSO_MAX_SIZE
+# The largest GSO packet either side of a pod end takes: no more than a workers' TAP
+# takes, so that a pod's TCP segments stitched onto a TAP go through whole. Larger ones
+# (a veth's default is 65,536) the kernel would cut to the MTU in software before the
+# TAP: a third of the wire's TCP throughput.
+from meshwire.dataplane.tap import GSO_MAX_SIZE as TAP_GSO_MAX_SIZE
 
 from ..tables.links import End, LinkKind, LinkRow
 from . import iface, rtnl
@@ -46,11 +50,6 @@ from .names import BUILD_GROUP, Mark, NodeRole, node_name, pod_peer_name
 from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
-# The largest GSO packet either side takes: no more than a workers' TAP takes
-# (dataplane/tap.py), so that a pod's TCP segments stitched onto a TAP go through
-# whole. Larger ones (a veth's default is 65,536) the kernel would cut to the MTU in
-# software before the TAP: a third of the wire's TCP throughput.
-TAP_GSO_MAX_SIZE = GSO_MAX_SIZE
 # Interface groups of node sides by their holder's kind ("mwh" + the kind's place);
 # names.BUILD_GROUP is another.
 HOLDER_BASE = 0x6D776800
