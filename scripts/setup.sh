@@ -45,6 +45,7 @@ test_needs=(
   "iptables|command -v iptables"
   "debootstrap|command -v debootstrap"
   "frr|[[ -x /usr/lib/frr/zebra ]]"
+  "lldpd|command -v lldpd"
   "clang|command -v clang"
   "libclang-rt-14-dev|compgen -G '/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a' >/dev/null"
 )

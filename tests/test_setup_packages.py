@@ -16,7 +16,7 @@ from tests.paths import REPO
 SETUP = REPO / "scripts" / "setup.sh"
 STEP = REPO / "scripts" / "step.sh"
 # What only the suite drives: a lab user should not get a browser or a container runtime.
-TEST_ONLY = {"chromium", "containerd", "runc", "debootstrap", "frr", "clang"}
+TEST_ONLY = {"chromium", "containerd", "runc", "debootstrap", "frr", "lldpd", "clang"}
 
 
 def packages(mode: str) -> list[str]:

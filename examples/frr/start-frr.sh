@@ -1,8 +1,9 @@
 #!/bin/sh
 # Starts FRR inside a lab pod: forwarding on, zebra, then staticd, bfdd, ospfd and
 # isisd, then the integrated configuration (/etc/frr/frr.conf) loaded into them by
-# vtysh. The daemons stay children of this script, so their output is the pod's log
-# and the script runs as long as they do.
+# vtysh; and lldpd, where it is installed, on every Ethernet port. The daemons stay
+# children of this script, so their output is the pod's log and the script runs as
+# long as they do.
 set -eu
 sysctl -qw net.ipv4.ip_forward=1
 install -d -o frr -g frr -m 0755 /var/run/frr
@@ -24,4 +25,10 @@ for daemon in zebra staticd bfdd ospfd isisd; do
 done
 vtysh -b
 echo "start-frr: zebra, staticd, bfdd, ospfd and isisd configured from /etc/frr/frr.conf"
+if command -v lldpd >/dev/null; then
+  # Its privilege-separated half chroots into /run/lldpd: the pod's own /run.
+  install -d -m 0755 /run/lldpd
+  lldpd -d &
+  echo "start-frr: lldpd on every Ethernet port"
+fi
 wait
