@@ -7,8 +7,10 @@ With no containerd running on the machine the lab starts its own, under its dire
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +41,7 @@ topology:
       binds: ["conf:/conf:ro"]
     r2:
       kind: linux
-      image: images/box.tar
+      image: images/box.tar.gz
       cmd: sh -c 'echo cmd as $(hostname); exec sleep 100000'
       exec: ["ip addr add 10.0.9.2/24 dev eth1"]
   links:
@@ -85,7 +87,10 @@ def statuses(lab: Lab, capfd: pytest.CaptureFixture[str]) -> dict[str, dict[str,
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """The two-pod lab with its real daemons on two nodes (r1-r2 crosses them)."""
     tmp = tmp_path_factory.mktemp("images")
-    make_image(tmp / "images")
+    archive = make_image(tmp / "images")
+    # The same image gzipped, as `docker save | gzip` leaves it.
+    with open(archive, "rb") as plain, gzip.open(archive.with_suffix(".tar.gz"), "wb") as packed:
+        shutil.copyfileobj(plain, packed)
     (tmp / "conf").mkdir()
     (tmp / "conf" / "r1.conf").write_text("from the lab file\n")
     with unique_lab(tmp, LAB_FILE) as made:
@@ -207,7 +212,8 @@ def test_up_without_containerd_names_it_and_makes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "images").mkdir()
-    (tmp_path / "images" / "box.tar").write_bytes(b"")
+    for name in ("box.tar", "box.tar.gz"):
+        (tmp_path / "images" / name).write_bytes(b"")
     (tmp_path / "conf").mkdir()
     with unique_lab(tmp_path, LAB_FILE) as lab:
         lab.file = tmp_path / "lab.clab.yml"

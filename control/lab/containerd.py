@@ -37,6 +37,7 @@ Every failure raises LabError with what `ctr` said.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
@@ -153,8 +154,7 @@ def prepare(lab: LabDir, state: LabState, plan: Plan) -> None:
         _start_own(lab, state, state.containerd)
     record = state.containerd
     for archive in plan.archives:
-        out = ctr(record, "images", "import", *_snapshotter(record), archive)
-        names = images.imported(out)
+        names = images.imported(_import(record, archive))
         if len(names) != 1:
             raise LabError(f"image archive {archive}: holds {len(names)} images, not one")
         state.images[archive] = names[0]
@@ -362,6 +362,35 @@ def _start_own(lab: LabDir, state: LabState, record: ContainerdRecord) -> None:
     lab.save(state)
 
 
+def _import(record: ContainerdRecord, archive: str) -> str:
+    """Import `archive` into the lab's namespace, a gzipped one decompressed on the way
+    (ctr 1.6 reads plain tar only); ctr's output."""
+    opener = gzip.open if archive.endswith((".gz", ".tgz")) else open
+    argv = _argv(record, "images", "import", *_snapshotter(record), "-")
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdin is not None
+    try:
+        with opener(archive, "rb") as source:
+            shutil.copyfileobj(source, proc.stdin)
+    except BrokenPipeError:
+        pass  # ctr stopped reading: its error says why
+    except (OSError, EOFError) as exc:
+        proc.kill()
+        proc.communicate()
+        raise LabError(f"image archive {archive}: {exc}") from None
+    try:  # communicate closes ctr's stdin: the end of the archive
+        out, err = proc.communicate(timeout=CTR_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise LabError(f"image archive {archive}: no import after {CTR_TIMEOUT:.0f}s") from None
+    if proc.returncode != 0:
+        said = err.decode(errors="replace").strip().splitlines()
+        raise LabError(f"image archive {archive}: ctr images import: {said[-1] if said else '?'}")
+    return out.decode(errors="replace")
+
+
 def _copy_image(record: ContainerdRecord, namespace: str, name: str) -> None:
     """Image `name` of containerd namespace `namespace` into the lab's, through a pipe."""
     export = subprocess.Popen(
@@ -384,7 +413,9 @@ def _copy_image(record: ContainerdRecord, namespace: str, name: str) -> None:
         _, err = export.communicate(timeout=CTR_TIMEOUT)
     if export.returncode != 0 or done.returncode != 0:
         said = (err.decode(errors="replace") + done.stderr).strip().splitlines()
-        raise LabError(f"image {name}: copy from namespace {namespace}: {said[-1:] or '?'}")
+        raise LabError(
+            f"image {name}: copy from namespace {namespace}: {said[-1] if said else '?'}"
+        )
 
 
 def _image_config(record: ContainerdRecord, name: str) -> dict[str, Any]:
