@@ -1,6 +1,7 @@
 """Writes a directory as a single-layer docker-archive image (the `docker save` format).
 
-    python scripts/mkimage.py ROOT OUT.tar REPO:TAG [--env K=V]... [--workdir DIR] [--cmd ARG...]
+    python scripts/mkimage.py ROOT OUT.tar REPO:TAG [--env K=V]... [--workdir DIR]
+        [--entrypoint ARG]... [--cmd ARG...]
 
 `ctr images import`, `docker load` and `podman load` read the result; no registry and no
 docker are involved. The layer lists ROOT's entries in name order with uid/gid 0 and mtime 0,
@@ -54,12 +55,17 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def image_config(diff_id: str, env: list[str], workdir: str, cmd: list[str]) -> bytes:
+def image_config(
+    diff_id: str, env: list[str], workdir: str, cmd: list[str], entrypoint: list[str]
+) -> bytes:
+    runtime: dict[str, object] = {"Env": env, "Cmd": cmd or None, "WorkingDir": workdir}
+    if entrypoint:
+        runtime["Entrypoint"] = entrypoint
     config = {
         "architecture": "amd64" if os.uname().machine == "x86_64" else "arm64",
         "os": "linux",
         "created": EPOCH,
-        "config": {"Env": env, "Cmd": cmd or None, "WorkingDir": workdir},
+        "config": runtime,
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
         "history": [{"created": EPOCH, "created_by": "scripts/mkimage.py"}],
     }
@@ -79,6 +85,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("ref", help="REPO:TAG")
     parser.add_argument("--env", action="append", default=[], metavar="K=V")
     parser.add_argument("--workdir", default="/")
+    parser.add_argument("--entrypoint", action="append", default=[], metavar="ARG",
+                        help="one word of the Entrypoint (repeat the flag for each)")  # fmt: skip
     parser.add_argument("--cmd", nargs=argparse.REMAINDER, default=[])
     args = parser.parse_args(argv)
     if not args.root.is_dir():
@@ -90,7 +98,7 @@ def main(argv: list[str]) -> int:
         with open(layer, "wb") as f:
             write_layer(args.root, f)
         diff_id = sha256_of(layer)
-        config = image_config(diff_id, args.env, args.workdir, args.cmd)
+        config = image_config(diff_id, args.env, args.workdir, args.cmd, args.entrypoint)
         config_id = hashlib.sha256(config).hexdigest()
         manifest = [
             {

@@ -48,6 +48,7 @@ from kubernetes.client import CoreV1Api
 
 from meshwire.dataplane import rundir
 from meshwire.dataplane.netns_thread import call_in_netns
+from tests.busybox_image import busybox_root
 from tests.deploy_helpers import config_text
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import admin
@@ -422,17 +423,7 @@ state = "{state / "state"}"
             check=True,
             capture_output=True,
         )
-        box = images / "busybox"
-        for sub in ("bin", "tmp", "etc", "root"):
-            (box / sub).mkdir(parents=True)
-        shutil.copy2(busybox_binary(), box / "bin" / "busybox")
-        for applet in subprocess.run(
-            [str(box / "bin" / "busybox"), "--list"], capture_output=True, text=True, check=True
-        ).stdout.split():
-            if not (box / "bin" / applet).exists():
-                (box / "bin" / applet).symlink_to("busybox")
-        (box / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-        (box / "etc" / "group").write_text("root:x:0:\n")
+        box = busybox_root(images / "busybox")
         mkimage = Path(__file__).resolve().parents[1] / "scripts" / "mkimage.py"
         for root, ref, cmd in (
             (pause_root, PAUSE_IMAGE, ["/pause"]),
@@ -641,16 +632,6 @@ imageGCLowThresholdPercent: 99
                 return
             time.sleep(0.25)
         raise TimeoutError(f"{what}: not there in {timeout}s; log:\n{self.log_tail(log)}")
-
-
-def busybox_binary() -> Path:
-    """Debian's busybox-static (a dynamic busybox cannot run in the image)."""
-    for candidate in (Path("/bin/busybox"), Path("/usr/bin/busybox")):
-        if candidate.exists():
-            kind = subprocess.run(["ldd", str(candidate)], capture_output=True, text=True)
-            if kind.returncode != 0:  # "not a dynamic executable"
-                return candidate
-    raise FileNotFoundError("a static busybox (busybox-static) is not installed")
 
 
 @contextlib.contextmanager

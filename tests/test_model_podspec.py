@@ -50,6 +50,7 @@ def test_containerlab_cmd_exec_binds_and_env_with_defaults_and_kinds(tmp_path: P
             Bind(str(tmp_path / "r1" / "frr"), "/etc/frr"),
         ),
         env=(("COLOR", "blue"), ("LEVEL", "2")),
+        image="alpine",
     )
     assert software.specs["r2"].exec == (("echo", "from-kind"),)
     assert "sw" not in software.specs
@@ -57,12 +58,41 @@ def test_containerlab_cmd_exec_binds_and_env_with_defaults_and_kinds(tmp_path: P
 
 def test_fields_not_run_are_reported_once_each_with_their_nodes(tmp_path: Path) -> None:
     warnings = software_from_text(CLAB, "lab.clab.yml", tmp_path).warnings
-    assert warnings == [
-        "lab.clab.yml: image (nodes r1, r2): not run by meshwire "
-        "(a pod runs its cmd on this host's files)",
-        "lab.clab.yml: labels (nodes r1, r2): not run by meshwire "
-        "(a pod runs its cmd on this host's files)",
-    ]
+    assert warnings == ["lab.clab.yml: labels (nodes r1, r2): not run by meshwire"]
+
+
+def test_an_image_is_a_reference_or_an_archive_beside_the_lab_file(tmp_path: Path) -> None:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "frr.tar").write_bytes(b"")
+    text = """\
+name: lab
+topology:
+  kinds:
+    linux: {image: "docker.io/frrouting/frr:v8.4.0"}
+  nodes:
+    r1: {kind: linux}
+    r2: {kind: linux, image: images/frr.tar}
+    r3: {kind: linux, image: ./images/frr.tar, cmd: sleep 1}
+"""
+    specs = software_from_text(text, "lab.clab.yml", tmp_path).specs
+    assert specs["r1"].image == "docker.io/frrouting/frr:v8.4.0"
+    assert not specs["r1"].image_is_archive
+    assert specs["r2"].image == specs["r3"].image == str(tmp_path / "images" / "frr.tar")
+    assert specs["r3"].image_is_archive and specs["r3"].keeps_entrypoint
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        ("missing.tar", "topology.nodes.r1.image: image archive "),
+        ("'a b'", "topology.nodes.r1.image: expected an image reference or archive path"),
+        ("[x]", "topology.nodes.r1.image: expected an image reference or archive path"),
+    ],
+)
+def test_a_wrong_image_names_its_place(tmp_path: Path, image: str, message: str) -> None:
+    text = f"name: lab\ntopology:\n  nodes:\n    r1: {{image: {image}}}\n"
+    with pytest.raises(LoadError, match=message):
+        software_from_text(text, "lab.clab.yml", tmp_path)
 
 
 def test_a_spec_survives_the_state_file(tmp_path: Path) -> None:
@@ -121,10 +151,12 @@ def test_kne_yaml_command_args_env_and_config_files(tmp_path: Path) -> None:
         cmd=("/bin/sh", "-c", "exec sleep 1000"),
         env=(("A", "b"),),
         files=(PodFile("/etc/frr", "frr.conf", "hostname r1\n"),),
+        image="frr",
+        keeps_entrypoint=False,  # `command` replaces the image's Entrypoint, as in Kubernetes
     )
     assert software.specs["r2"].files == (PodFile("/etc/frr", "frr.conf", "hostname r2\n"),)
     places = [w.split(":")[1].strip() for w in software.warnings]
-    assert places == ["vendor (nodes r1)", "config.image (nodes r1)"]
+    assert places == ["vendor (nodes r1)"]
 
 
 def test_kne_text_protobuf_gives_the_same_specs(tmp_path: Path) -> None:
@@ -149,6 +181,7 @@ links { a_node: "r1" a_int: "eth1" z_node: "r2" z_int: "eth1" }
         cmd=("/bin/sh", "-c", "exec sleep 1000"),
         env=(("A", "b"),),
         files=(PodFile("/etc/frr", "frr.conf", "hostname r1\n"),),
+        keeps_entrypoint=False,
     )
     assert software.warnings == []
 

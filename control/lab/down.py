@@ -3,9 +3,11 @@
 Idempotent, and safe after a crash at any point of `up`: it works from the
 state file (which names everything before it exists) and also deletes any
 namespace carrying the lab's prefix, so a namespace created after the last
-state write still goes. Processes are stopped first, the pods' own (their
-holders and `cmd`s, together) before the lab's (daemons would otherwise
-react to their pods vanishing), then the dataplane workers the daemons left
+state write still goes. The pods' containers go first, with every image and
+snapshot of the lab's containerd namespace and the namespace itself
+(containerd.py). Processes are stopped next, the pods' own (their holders
+and `cmd`s, together) before the lab's, its own containerd among them
+(daemons would otherwise react to their pods vanishing), then the dataplane workers the daemons left
 running in their run directories (they outlive a daemon), then namespaces
 (interfaces inside them go with them; the lab puts none in the host's
 namespace), then the directory.
@@ -26,7 +28,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from meshwire.control.lab import netns, processes, software
+from meshwire.control.lab import containerd, netns, processes, software
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import LabNames
 from meshwire.control.lab.state import LabDir, LabState
@@ -49,6 +51,7 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
     state = lab.load() if lab.exists() else None
     left = ""
     if state is not None:
+        removed.extend(containerd.remove_all(lab, state))
         # The pods' processes first, all at once: each pod's holder takes its pod's
         # processes with it, and one by one a big lab would wait on each in turn.
         pods = [r for r in reversed(state.processes) if software.is_pod_process(r)]

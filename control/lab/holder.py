@@ -71,7 +71,13 @@ def start_holder(role: str, netns: Path, name: str, binds: list[Bind], log: Path
 
 def exec_argv(holder: ProcessRecord, command: list[str] | tuple[str, ...]) -> list[str]:
     """The argv that runs `command` in the namespaces of `holder`'s pod."""
-    return [str(binary()), "exec", str(holder.pid), "--", *command]
+    return exec_argv_pid(holder.pid, command)
+
+
+def exec_argv_pid(pid: int, command: list[str] | tuple[str, ...]) -> list[str]:
+    """The argv that runs `command` in the namespaces of process `pid` (and of the children
+    it makes): a pod's holder, or the first process of a pod's container."""
+    return [str(binary()), "exec", str(pid), "--", *command]
 
 
 def pod_env(name: str, env: tuple[tuple[str, str], ...]) -> dict[str, str]:

@@ -74,6 +74,11 @@ class LabNames:
         """The node's veth end on the hub bridge."""
         return f"{self.prefix}h{self.node_index(node)}"
 
+    @property
+    def containerd_namespace(self) -> str:
+        """The containerd namespace holding the lab's images and containers (containerd.py)."""
+        return f"{self.prefix}pods"
+
     def pod_netns(self, namespace: str, pod: str) -> str:
         # A Kubernetes namespace never contains a dot, so the first dot splits
         # the two unambiguously, and no pod name collides with `hub`/`node<n>`.

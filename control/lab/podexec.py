@@ -1,15 +1,16 @@
 """`meshwire lab exec POD [-i] [-t] [--] CMD...` and `meshwire lab logs POD [-f]`.
 
-`exec` runs CMD inside the pod's namespaces (holder.py), as `docker exec`
-does: its hostname, files and processes are the pod's, its environment is the
-pod's (the lab file's `env`), and the exit status is CMD's (126: the pod is
-not running, 127: no such command). Without `-i` CMD's stdin is empty; with
+`exec` runs CMD inside the pod's namespaces (holder.py), those of its
+container when it runs an image (containerd.py), as `docker exec` does: its
+hostname, files and processes are the pod's, its environment is the pod's
+(the lab file's `env`, and an image's own), and the exit status is CMD's
+(126: the pod is not running, 127: no such command). Without `-i` CMD's stdin is empty; with
 `-t` it runs on a new terminal whose output is relayed (and, with `-i`, the
 input too, the caller's terminal in raw mode meanwhile). Ctrl-C reaches CMD,
 not this command.
 
-`logs` prints the output of the pod's `cmd` (its log in the lab directory,
-over every restart); with `-f` it then follows, until the `cmd` ends or
+`logs` prints the output of the pod's `cmd` or container (its log in the lab
+directory, over every restart); with `-f` it then follows, until it ends or
 Ctrl-C.
 """
 
@@ -22,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from meshwire.control.lab import holder, processes, software
+from meshwire.control.lab import software
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.state import LabDir, LabState
 
@@ -37,9 +38,7 @@ def exec_in_pod(
     if not command:
         raise LabError("exec: give the command to run (lab exec POD -- CMD...)")
     pod = state.pod(name)
-    running = software.running_holder(state, pod)
-    env = holder.pod_env(pod.name, software.spec_of(state, pod).env)
-    argv = holder.exec_argv(running, command)
+    argv, env = software.pod_command(state, pod, command)
     if tty:
         env["TERM"] = os.environ.get("TERM", "xterm")
         return _on_terminal(argv, env, interactive)
@@ -69,21 +68,21 @@ def _on_terminal(argv: list[str], env: dict[str, str], interactive: bool) -> int
 def show_logs(lab: LabDir, state: LabState, name: str, follow: bool) -> int:
     """Print the pod's `cmd` output; with `follow`, go on until the `cmd` ends."""
     pod = state.pod(name)
-    if not software.spec_of(state, pod).cmd:
-        raise LabError(f"pod {pod.key}: its lab file gives it no cmd, so it has no logs")
+    spec = software.spec_of(state, pod)
+    if not spec.cmd and not spec.image:
+        raise LabError(f"pod {pod.key}: its lab file gives it no cmd or image, so it has no logs")
     log = software.logs(lab, pod)
     offset = _copy(log, 0)
     if not follow:
         return 0
     try:
         while True:
-            record = state.process(software.cmd_role(pod))
-            done = record is None or not processes.is_running(record)
+            done = not software.main_running(state, pod)
             time.sleep(FOLLOW_POLL)
             offset = _copy(log, offset)
             if done:
                 return 0
-            state = lab.load()  # a restarted pod's cmd is a new process
+            state = lab.load()  # a restarted pod's cmd or container is a new process
     except KeyboardInterrupt:
         return 0
 

@@ -10,10 +10,16 @@ A pod whose lab file gives software (model/podspec.py, kept in the state's
   that fails (exit status not 0, or still running after EXEC_TIMEOUT) raises
   LabError with its output. Their output goes to `logs/exec-<ns>-<pod>.log`.
 
-The holder is recorded as `pod/<ns>/<pod>`. `stop` stops the pod's `cmd`,
-then its holder, whose end stops whatever else the pod ran; both by PID, as
-every lab process (processes.py). A KNE config file is written under the lab
-directory's `pods/` and bound into the pod.
+A pod with an `image` runs it as a container (containerd.py) in place of
+`cmd`: it joins the holder's namespaces but has the image's files, with the
+binds, and its own processes; its `exec` commands and `lab exec` enter the
+container's namespaces with its environment, and its output goes to the
+same log.
+
+The holder is recorded as `pod/<ns>/<pod>`. `stop` stops the pod's container
+or `cmd`, then its holder, whose end stops whatever else the pod ran; all by
+PID, as every lab process (processes.py). A KNE config file is written under
+the lab directory's `pods/` and bound into the pod.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from meshwire.control.lab import holder, processes
+from meshwire.control.lab import containerd, holder, processes
 from meshwire.control.lab.errors import LabError
 from meshwire.control.lab.names import netns_path
 from meshwire.control.lab.state import LabDir, LabState, PodRecord, ProcessRecord
@@ -64,11 +70,28 @@ def running_holder(state: LabState, pod: PodRecord) -> ProcessRecord:
     return record
 
 
+def pod_command(
+    state: LabState, pod: PodRecord, command: list[str] | tuple[str, ...]
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment that run `command` in the pod: in its container's
+    namespaces with the container's environment, or in its holder's; LabError when the
+    pod does not run."""
+    spec = spec_of(state, pod)
+    if spec.image:
+        container = state.containers.get(pod.key)
+        if container is None or not containerd.is_running(container):
+            raise LabError(f"pod {pod.key}: not running (its container is not running)")
+        return holder.exec_argv_pid(container.pid, command), dict(container.env)
+    running = running_holder(state, pod)
+    return holder.exec_argv(running, command), holder.pod_env(pod.name, spec.env)
+
+
 def start(lab: LabDir, state: LabState, pod: PodRecord) -> None:
-    """The pod's holder, then its `cmd` if it has one; each recorded as it starts."""
+    """The pod's holder, then its container or `cmd` if it has one; each recorded as it
+    starts."""
     state.processes.append(_start_holder(lab, state, pod))
     lab.save(state)
-    _start_cmd(lab, state, pod)
+    _start_main(lab, state, pod)
 
 
 def start_all(lab: LabDir, state: LabState, records: list[PodRecord]) -> None:
@@ -94,7 +117,7 @@ def start_all(lab: LabDir, state: LabState, records: list[PodRecord]) -> None:
             if errors:
                 raise errors[0]
     for pod in records:
-        _start_cmd(lab, state, pod)
+        _start_main(lab, state, pod)
 
 
 def run_exec(lab: LabDir, state: LabState, pod: PodRecord) -> None:
@@ -102,15 +125,14 @@ def run_exec(lab: LabDir, state: LabState, pod: PodRecord) -> None:
     spec = spec_of(state, pod)
     if not spec.exec:
         return
-    running = running_holder(state, pod)
-    env = holder.pod_env(pod.name, spec.env)
     log = lab.log(f"exec/{pod.key}")
     log.parent.mkdir(parents=True, exist_ok=True)
     for index, command in enumerate(spec.exec, start=1):
         shown = f"pod {pod.key}: exec {index} of {len(spec.exec)} `{shlex.join(command)}`"
+        argv, env = pod_command(state, pod, command)
         try:
             done = subprocess.run(
-                holder.exec_argv(running, command),
+                argv,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -129,7 +151,9 @@ def run_exec(lab: LabDir, state: LabState, pod: PodRecord) -> None:
 
 
 def stop(lab: LabDir, state: LabState, pod: PodRecord) -> None:
-    """Stop the pod's `cmd` and holder (so every process of the pod), forget them."""
+    """Stop the pod's container or `cmd`, and its holder (so every process of the pod);
+    forget them."""
+    containerd.stop(lab, state, pod)
     roles = (cmd_role(pod), holder_role(pod))
     for record in [r for r in state.processes if r.role in roles]:
         processes.stop(record)
@@ -138,24 +162,43 @@ def stop(lab: LabDir, state: LabState, pod: PodRecord) -> None:
 
 
 def process_states(state: LabState, pod: PodRecord) -> dict[str, str]:
-    """`running` or `exited` for the pod's holder (`pod`) and its `cmd`, if any."""
+    """`running` or `exited` for the pod's holder (`pod`) and its `container` or `cmd`, if
+    any."""
     out = {}
     for what, role in (("pod", holder_role(pod)), ("cmd", cmd_role(pod))):
         record = state.process(role)
         if record is not None:
             out[what] = "running" if processes.is_running(record) else "exited"
+    container = state.containers.get(pod.key)
+    if container is not None:
+        out["container"] = "running" if containerd.is_running(container) else "exited"
     return out
+
+
+def main_running(state: LabState, pod: PodRecord) -> bool:
+    """Whether the pod's container or `cmd` runs."""
+    container = state.containers.get(pod.key)
+    if container is not None:
+        return containerd.is_running(container)
+    record = state.process(cmd_role(pod))
+    return record is not None and processes.is_running(record)
 
 
 def _start_holder(lab: LabDir, state: LabState, pod: PodRecord) -> ProcessRecord:
     spec = spec_of(state, pod)
-    binds = [*spec.binds, *_write_files(lab, pod, spec)]
+    # An image's container takes the binds; its holder keeps only the pod's namespaces.
+    binds = [] if spec.image else _binds(lab, pod, spec)
     role = holder_role(pod)
     return holder.start_holder(role, Path(netns_path(pod.netns)), pod.name, binds, lab.log(role))
 
 
-def _start_cmd(lab: LabDir, state: LabState, pod: PodRecord) -> None:
+def _start_main(lab: LabDir, state: LabState, pod: PodRecord) -> None:
     spec = spec_of(state, pod)
+    if spec.image:
+        running = running_holder(state, pod)
+        binds = _binds(lab, pod, spec)
+        containerd.start(lab, state, pod, spec, running.pid, binds, logs(lab, pod))
+        return
     if not spec.cmd:
         return
     running = running_holder(state, pod)
@@ -166,8 +209,9 @@ def _start_cmd(lab: LabDir, state: LabState, pod: PodRecord) -> None:
     lab.save(state)
 
 
-def _write_files(lab: LabDir, pod: PodRecord, spec: PodSpec) -> list[Bind]:
-    binds = []
+def _binds(lab: LabDir, pod: PodRecord, spec: PodSpec) -> list[Bind]:
+    """The lab file's binds, then one per file it writes into the pod."""
+    binds = list(spec.binds)
     for index, file in enumerate(spec.files):
         directory = lab.path / "pods" / f"{pod.namespace}.{pod.name}" / str(index)
         directory.mkdir(parents=True, exist_ok=True)
@@ -184,5 +228,5 @@ def _text(output: bytes | str | None) -> str:
 
 
 def logs(lab: LabDir, pod: PodRecord) -> Path:
-    """Where the output of the pod's `cmd` goes."""
+    """Where the output of the pod's `cmd` or container goes."""
     return lab.log(cmd_role(pod))

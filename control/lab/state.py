@@ -13,6 +13,8 @@ and every `meshwire lab` command finds it from any working directory; where
     nodes/<node>/config.yaml, nodes/<node>/cni.sock, nodes/<node>/sandboxes/
     auth/                 the lab's CA, CA key and wire key (`meshwire certs init`)
     logs/<role>.log       stdout and stderr of every process the lab started
+    containerd/           the lab's own containerd, when it runs one (containerd.py):
+                          its config, socket, root and state, runc's state, ctr's FIFOs
     pods/<ns>.<pod>/      files the lab file writes into a pod (KNE config files)
 
 Write-ahead rule: a namespace is recorded *before* it is created, and a
@@ -82,6 +84,33 @@ class PodRecord:
 
 
 @dataclass(slots=True)
+class ContainerdRecord:
+    """The containerd the lab's image pods run in (containerd.py)."""
+
+    address: str  # its socket
+    namespace: str  # the containerd namespace of the lab's images and containers
+    ctr: str  # the absolute path of `ctr`
+    directory: str  # the lab's containerd directory: runc's state, ctr's FIFOs
+    own: bool  # True: the lab started it (process `containerd`) and stops it on `down`
+    snapshotter: str = ""  # "": containerd's default
+
+
+@dataclass(slots=True)
+class ContainerRecord:
+    """A pod's container, recorded before it is created; its task's first process and the
+    containerd shim serving it, once they run (pid 0: none yet)."""
+
+    id: str
+    image: str  # its reference in the lab's containerd namespace
+    # Its processes' environment: the image's, HOSTNAME, the lab file's `env`.
+    env: dict[str, str] = field(default_factory=dict)
+    pid: int = 0
+    start_time: int = 0
+    shim_pid: int = 0
+    shim_start_time: int = 0
+
+
+@dataclass(slots=True)
 class LabState:
     name: str
     directory: str
@@ -104,6 +133,11 @@ class LabState:
     # What each pod runs (model/podspec.py `PodSpec.to_dict`), by pod key; a pod that
     # runs nothing is not here. Fixed for the lab's life.
     software: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Pods with an image: the containerd they run in, each spec's `image` by the reference
+    # it has in the lab's containerd namespace, and each pod's container by pod key.
+    containerd: ContainerdRecord | None = None
+    images: dict[str, str] = field(default_factory=dict)
+    containers: dict[str, ContainerRecord] = field(default_factory=dict)
     complete: bool = False
 
     def token(self) -> str:
@@ -153,6 +187,9 @@ class LabState:
         out["processes"] = [asdict(p) for p in self.processes]
         out["nodes"] = {k: asdict(v) for k, v in self.nodes.items()}
         out["pods"] = {k: asdict(v) for k, v in self.pods.items()}
+        out["containerd"] = asdict(self.containerd) if self.containerd else None
+        out["images"] = dict(self.images)
+        out["containers"] = {k: asdict(v) for k, v in self.containers.items()}
         out["kube_created"] = list(self.kube_created)
         out["netns"] = list(self.netns)
         return out
@@ -163,6 +200,11 @@ class LabState:
         data["processes"] = [ProcessRecord(**p) for p in data.get("processes", [])]
         data["nodes"] = {k: NodeRecord(**v) for k, v in data.get("nodes", {}).items()}
         data["pods"] = {k: PodRecord(**v) for k, v in data.get("pods", {}).items()}
+        if data.get("containerd"):
+            data["containerd"] = ContainerdRecord(**data["containerd"])
+        data["containers"] = {
+            k: ContainerRecord(**v) for k, v in data.get("containers", {}).items()
+        }
         return cls(**data)
 
 

@@ -1,17 +1,19 @@
 """`meshwire lab up`: build a whole lab, recording each object before it is made.
 
-Order: read and check every input (lab file, placement, base config, and with
-`--kubeconfig` the API server and its Topology CRD) before creating anything;
-then the lab directory and state file, the hub, the API and its relay (with
-`--kubeconfig`: the namespaces and RBAC objects on the user's server instead,
-see kube.py); then, while the topology is applied in the background, the
-nodes, their daemons and every pod's namespace; then a wait until each daemon
-answers /readyz with 200 and the apply has ended; then CNI ADD of the pods on
-their nodes, several at once as a runtime starting many pods does; and finally
-a bounded wait until every end of every wired link exists in its pod and is up
+Order: read and check every input (lab file, placement, base config, the
+containerd and images of pods that run one, and with `--kubeconfig` the API
+server and its Topology CRD) before creating anything; then the lab
+directory and state file, the lab's containerd and its images
+(containerd.py), the hub, the API and its relay (with `--kubeconfig`: the
+namespaces and RBAC objects on the user's server instead, see kube.py);
+then, while the topology is applied in the background, the nodes, their
+daemons and every pod's namespace; then a wait until each daemon answers
+/readyz with 200 and the apply has ended; then CNI ADD of the pods on their
+nodes, several at once as a runtime starting many pods does; and finally a
+bounded wait until every end of every wired link exists in its pod and is up
 with carrier (a gRPC wire's TAP has carrier once both nodes joined it); then
-each pod's holder (its hostname, files and PID namespace), its `cmd`, and its
-`exec` commands in order (software.py). Any failure
+each pod's holder (its hostname, files and PID namespace), its container or
+`cmd`, and its `exec` commands in order (software.py). Any failure
 raises LabError and leaves the state file complete enough for `lab down`.
 """
 
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from meshwire.control.auth import certs
 from meshwire.control.auth import token as tokens
-from meshwire.control.lab import daemons, nodes, pods, processes, relay, software
+from meshwire.control.lab import containerd, daemons, nodes, pods, processes, relay, software
 from meshwire.control.lab.check import end_netns, pod_ends
 from meshwire.control.lab.cni import MARGIN
 from meshwire.control.lab.errors import LabError
@@ -107,6 +109,8 @@ def _read_and_up(
         raise LabError(f"lab file {exc}") from None
     for warning in [*programs.warnings, *_without_pod(programs, topologies)]:
         progress.note(warning)
+    in_pods = {t.name for t in topologies}
+    images = containerd.check(s for n, s in programs.specs.items() if n in in_pods)
     node_names = [names.node_name(i) for i in range(1, options.nodes + 1)]
     wanted = load_placement(options.placement) if options.placement else {}
     placement = place([t.key for t in topologies], node_names, wanted)
@@ -120,7 +124,7 @@ def _read_and_up(
         if kube is not None:
             kube.check_crd()
         return _up(options, runtime, progress, names, topologies, programs, node_names,
-                   placement, base, kube, forks)  # fmt: skip
+                   placement, base, kube, forks, images)  # fmt: skip
     finally:
         if kube is not None:
             kube.close()
@@ -138,6 +142,7 @@ def _up(
     base: dict[str, object],
     kube: KubeLab | None,
     forks: ForkServer | None,
+    images: containerd.Plan | None,
 ) -> LabState:
     if kube is not None:
         # A `down` just before may still be deleting them: wait before making anything.
@@ -168,7 +173,11 @@ def _up(
     copy.parent.mkdir(exist_ok=True)
     shutil.copyfile(options.file, copy)
     daemon_steps = options.nodes if runtime.with_daemons else 0
-    progress.begin(4 + options.nodes + daemon_steps + 1 + len(topologies) + 2)
+    progress.begin(4 + options.nodes + daemon_steps + 1 + len(topologies) + 2 + bool(images))
+
+    if images is not None:
+        progress.step("containerd and images")
+        containerd.prepare(lab, state, images)
 
     progress.step(f"hub {names.hub_netns}, bridge {names.bridge} {HUB_IP}")
     state.netns.append(names.hub_netns)

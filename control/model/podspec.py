@@ -8,14 +8,22 @@ Read, per node, from a containerlab file:
   split the same way;
 - `binds`: `HOST:POD` or `HOST:POD:ro` (`:rw` is the default); HOST relative to
   the lab file's directory, POD absolute;
-- `env`: a mapping of variable to value, for `cmd`, `exec` and `lab exec`.
+- `env`: a mapping of variable to value, for `cmd`, `exec` and `lab exec`;
+- `image`: what the pod runs through containerd instead of this host's files:
+  an image reference (`frr:8`, looked up in containerd), or an archive
+  (`docker save` / OCI tar) the lab imports: a path ending in `.tar`,
+  `.tar.gz` or `.tgz`, or starting with `/`, `./` or `../`, relative to the
+  lab file's directory, that must exist. `cmd` then replaces the image's Cmd
+  and keeps its Entrypoint, as `docker run IMAGE CMD` does.
 
 `topology.defaults` and `topology.kinds.<kind>` give the same fields to many
-nodes, as in containerlab: a node's `cmd` and `exec` replace theirs, its
+nodes, as in containerlab: a node's `cmd`, `exec` and `image` replace theirs, its
 `binds` come after theirs, its `env` is merged over theirs.
 
 From a KNE topology (YAML, JSON or text protobuf), per node, in `config`:
-`command` and `args` (together the main command), `env`, and a file the lab
+`command` and `args` (together the main command), `env`, `image` (as
+containerlab's; `command` replaces the image's Entrypoint and Cmd, `args`
+alone its Cmd, as in Kubernetes), and a file the lab
 writes into the pod: `config_path` (a directory in the pod), `config_file`
 (the file's name there) and its content, inline in `data` or from `file` (a
 path relative to the topology file). The directory is replaced in the pod by
@@ -24,7 +32,7 @@ one holding that file alone, as a Kubernetes ConfigMap volume would be.
 meshnet Topology YAML describes links only: it has no such fields, and its
 pods run nothing.
 
-Every other field of a node (`image`, a vendor's `kind`, KNE's `vendor`, ...)
+Every other field of a node (a vendor's `kind`, KNE's `vendor`, `labels`, ...)
 is not run: `load_software` reports each once, naming the nodes that have
 it, in `PodSoftware.warnings`; nothing is dropped silently. Wrongly shaped
 fields raise LoadError naming the file, line and field.
@@ -45,15 +53,20 @@ from meshwire.control.model.textproto import Message, Scalar, TextProtoError, pa
 from meshwire.control.model.yamlfile import read_documents
 
 # containerlab node fields this module reads; `kind` picks `topology.kinds`.
-CLAB_READ = ("cmd", "exec", "binds", "env", "kind")
+CLAB_READ = ("cmd", "exec", "binds", "env", "image", "kind")
 # containerlab kinds that are a Linux pod (bridges are no pod: containerlab.py).
 LINUX_KINDS = ("linux", "bridge", "ovs-bridge")
 CLAB_TOPOLOGY_READ = ("nodes", "links", "defaults", "kinds")
 CLAB_TOP_READ = ("name", "topology")
 KNE_NODE_READ = ("name", "config")
-KNE_CONFIG_READ = ("command", "args", "env", "config_path", "config_file", "data", "file")
+KNE_CONFIG_READ = (
+    "command", "args", "env", "image", "config_path", "config_file", "data", "file"
+)  # fmt: skip
 KNE_TOP_READ = ("name", "nodes", "links")
-NOT_RUN = "not run by meshwire (a pod runs its cmd on this host's files)"
+NOT_RUN = "not run by meshwire"
+# An `image` naming an archive the lab imports, not a reference to look up.
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+ARCHIVE_PREFIXES = ("/", "./", "../")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +96,16 @@ class PodSpec:
     binds: tuple[Bind, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     files: tuple[PodFile, ...] = ()
+    # What containerd runs the pod from: an image reference, or an archive's absolute
+    # path (`is_archive`); "" runs the pod on this host's files.
+    image: str = ""
+    # With an image: `cmd` replaces only the image's Cmd (containerlab's `cmd`, KNE's
+    # `args` alone), or its Entrypoint too (KNE's `command`).
+    keeps_entrypoint: bool = True
+
+    @property
+    def image_is_archive(self) -> bool:
+        return self.image.startswith("/")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +118,8 @@ class PodSpec:
             binds=tuple(Bind(**b) for b in data.get("binds", ())),
             env=tuple((k, v) for k, v in data.get("env", ())),
             files=tuple(PodFile(**f) for f in data.get("files", ())),
+            image=data.get("image", ""),
+            keeps_entrypoint=data.get("keeps_entrypoint", True),
         )
 
 
@@ -206,7 +231,10 @@ def _clab_node(
     execs: tuple[tuple[str, ...], ...] = ()
     binds: list[Bind] = []
     env: dict[str, str] = {}
+    image = ""
     for path, layer in layers:
+        if "image" in layer:
+            image = _image(layer["image"], (*path, "image"), origin, base)
         if "cmd" in layer:
             cmd = _words(layer["cmd"], (*path, "cmd"), origin)
         if "exec" in layer:
@@ -217,7 +245,19 @@ def _clab_node(
         for i, raw in enumerate(_list(layer.get("binds"), (*path, "binds"), origin)):
             binds.append(_bind(raw, (*path, "binds", i), origin, base))
         env.update(_env(layer.get("env"), (*path, "env"), origin))
-    return PodSpec(cmd, execs, tuple(binds), tuple(env.items()))
+    return PodSpec(cmd, execs, tuple(binds), tuple(env.items()), image=image)
+
+
+def _image(raw: Any, path: Path, origin: Origin, base: FilePath) -> str:
+    """A reference as written, or an archive's absolute path (which must exist)."""
+    if not isinstance(raw, str) or not raw or any(c.isspace() for c in raw):
+        raise origin.error(path, f"expected an image reference or archive path, got {raw!r}")
+    if not (raw.endswith(ARCHIVE_SUFFIXES) or raw.startswith(ARCHIVE_PREFIXES)):
+        return raw
+    archive = (base / raw).resolve()
+    if not archive.is_file():
+        raise origin.error(path, f"image archive {archive}: no such file")
+    return str(archive)
 
 
 def _bind(raw: Any, path: Path, origin: Origin, base: FilePath) -> Bind:
@@ -307,12 +347,14 @@ def _kne_config(config: dict[str, Any], path: Path, origin: Origin, base: FilePa
                 raise origin.error((*path, key, i), f"expected a string, got {word!r}")
             words.append(word)
     env = _env(config.get("env"), (*path, "env"), origin)
+    image = _image(config["image"], (*path, "image"), origin, base) if "image" in config else ""
     files: tuple[PodFile, ...] = ()
     if "data" in config and "file" in config:
         raise origin.error(path, "give data or file, not both")
     if "data" in config or "file" in config:
         files = (_kne_file(config, path, origin, base),)
-    return PodSpec(tuple(words), (), (), tuple(env.items()), files)
+    keeps_entrypoint = not config.get("command")
+    return PodSpec(tuple(words), (), (), tuple(env.items()), files, image, keeps_entrypoint)
 
 
 def _kne_file(config: dict[str, Any], path: Path, origin: Origin, base: FilePath) -> PodFile:
