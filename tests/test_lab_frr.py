@@ -7,7 +7,7 @@ restart an adjacency that should stay, or change what LLDP sees.
 
 Slow for a test file (about 40 s idle per lab; allow minutes on a loaded machine): FRR's
 start and OSPF's convergence are real, each wait bounded by a deadline, no sleep but the
-one that outlasts the protocols' timers.
+one that outlasts the protocols' timers."""
 
 from __future__ import annotations
 
