@@ -1,23 +1,30 @@
-"""TCP throughput of a stitched pair of pod ends against a direct veth pair, same run.
+"""TCP throughput of stitched pod ends against the kernel's direct links, same run.
 
     .venv/bin/python bench/podif_bench.py [--seconds 5] [--repeat 3] [--json FILE]
 
-Every pod end meshwire makes is a veth whose peer is in the node's netns, and
-a same-node link is the two node sides stitched together with tc (clsact,
-u32 match-all, mirred redirect: control/links/tc.py). This measures what the
-stitch costs against the kernel's floor, one veth pair straight between two
-pods, on the same machine in the same run:
+Every pod end meshwire makes is a veth whose peer is in the node's netns; a
+same-node link is the two node sides stitched together with tc (clsact, u32
+match-all, mirred redirect: control/links/tc.py), a cross-node vxlan link the
+node side stitched to a vxlan device of the node. This measures what the stitch
+costs against the kernel's floor, on the same machine in the same run:
 
-  (a) direct:   pod a -- veth -- pod b;
-  (b) stitched: pod a -- veth -- [node: stitch] -- veth -- pod b, built by
-      meshwire's own veth driver (`LinkKind.VETH` row) in a node netns of
-      the bench's own.
+  (a) veth direct:    pod a -- veth -- pod b;
+  (b) veth stitched:  pod a -- veth -- [node: stitch] -- veth -- pod b, built by
+      meshwire's own veth driver (`LinkKind.VETH` row) in a node netns of the
+      bench's own;
+  (c) vxlan direct:   pod a's own vxlan device -- underlay -- pod b's, each made
+      in its node's netns and moved into the pod (the vxlan's socket stays in
+      the node), as links were before pod ends were all veths;
+  (d) vxlan stitched: pod a -- veth -- [node a: stitch -- vxlan] -- underlay --
+      [node b: vxlan -- stitch] -- veth -- pod b, built by meshwire's own vxlan
+      driver (`LinkKind.VXLAN` rows), one per node.
 
-Each is iperf3 TCP (one stream, `--seconds` long) from a to b; the figures
-are medians of `--repeat` runs, alternating (a) and (b) so load on the
-machine falls on both alike. Printed: each throughput and stitched/direct.
-Namespaces are named `mwpb<hex>-*` and removed at the end, even on failure.
-"""
+The two simulated nodes are netns joined by a veth underlay of the lab's MTU
+(9,216); the pods' MTU is the config's default. Each is iperf3 TCP (one stream,
+`--seconds` long) from a to b; the figures are medians of `--repeat` runs, taking
+(a) to (d) in turn so load on the machine falls on all alike. Printed: each
+throughput and stitched/direct for veth and for vxlan. Namespaces are named
+`mwpb<hex>-*` and removed at the end, even on failure."""
 
 from __future__ import annotations
 
@@ -30,10 +37,17 @@ import sys
 import time
 from pathlib import Path
 
+from meshwire.control.common.config import Config
+from meshwire.control.lab.nodes import UNDERLAY_MTU
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 NETNS_DIR = "/var/run/netns"
+MTU = Config().mtu
+# The two nodes' underlay addresses, and each vxlan pair's VNI.
+NODE_IPS = ("192.0.2.1", "192.0.2.2")
+DIRECT_VNI, STITCHED_VNI = 7, 8
+VXLAN_PORT = 4789
 
 
 def ip(*args: str) -> None:
@@ -76,9 +90,50 @@ def stitched(prefix: str) -> tuple[str, str]:
         kind=LinkKind.VETH,
         local=End(pod="a", netns=a, intf="eth1", ip="10.9.0.1/30"),
         peer=End(pod="b", netns=b, intf="eth1", ip="10.9.0.2/30"),
-        mtu=1500,
+        mtu=MTU,
     )
     Drivers(kernel_drivers(host_netns=node)).update(row)
+    return a, b
+
+
+def nodes(prefix: str) -> tuple[str, str]:
+    """Two node netns joined by a veth underlay: NODE_IPS, UNDERLAY_MTU."""
+    a, b = make_netns(f"{prefix}-na"), make_netns(f"{prefix}-nb")
+    ip("-n", f"{prefix}-na", "link", "add", "ul", "mtu", str(UNDERLAY_MTU), "type", "veth",
+       "peer", "ul", "mtu", str(UNDERLAY_MTU), "netns", f"{prefix}-nb")  # fmt: skip
+    for name, address in zip((f"{prefix}-na", f"{prefix}-nb"), NODE_IPS, strict=True):
+        ip("-n", name, "addr", "add", f"{address}/30", "dev", "ul")
+        ip("-n", name, "link", "set", "ul", "up")
+    return a, b
+
+
+def vxlan_direct(prefix: str) -> tuple[str, str]:
+    pods = make_netns(f"{prefix}-xa"), make_netns(f"{prefix}-xb")
+    for side, (node, remote, address) in enumerate(
+        ((f"{prefix}-na", NODE_IPS[1], "10.9.0.1/30"), (f"{prefix}-nb", NODE_IPS[0], "10.9.0.2/30"))
+    ):
+        pod = pods[side].rsplit("/", 1)[1]
+        ip("-n", node, "link", "add", "eth1", "mtu", str(MTU), "type", "vxlan",
+           "id", str(DIRECT_VNI), "remote", remote, "dstport", str(VXLAN_PORT))  # fmt: skip
+        ip("-n", node, "link", "set", "eth1", "netns", pod)
+        ip("-n", pod, "addr", "add", address, "dev", "eth1")
+        ip("-n", pod, "link", "set", "eth1", "up")
+    return pods
+
+
+def vxlan_stitched(prefix: str, node_a: str, node_b: str) -> tuple[str, str]:
+    a, b = make_netns(f"{prefix}-va"), make_netns(f"{prefix}-vb")
+    ends = (
+        End(pod="a", netns=a, intf="eth1", ip="10.9.0.1/30"),
+        End(pod="b", netns=b, intf="eth1", ip="10.9.0.2/30"),
+    )
+    for node, (local, peer), peer_ip in (
+        (node_a, ends, NODE_IPS[1]),
+        (node_b, ends[::-1], NODE_IPS[0]),
+    ):
+        row = LinkRow(namespace="bench", uid=2, kind=LinkKind.VXLAN, local=local, peer=peer,
+                      mtu=MTU, peer_node_ip=peer_ip, vni=STITCHED_VNI)  # fmt: skip
+        Drivers(kernel_drivers(host_netns=node, vxlan_port=VXLAN_PORT)).update(row)
     return a, b
 
 
@@ -111,7 +166,13 @@ def main() -> int:
     args = parser.parse_args()
     prefix = f"mwpb{secrets.token_hex(3)}"
     try:
-        pairs = {"direct": direct(prefix), "stitched": stitched(prefix)}
+        node_a, node_b = nodes(prefix)
+        pairs = {
+            "veth direct": direct(prefix),
+            "veth stitched": stitched(prefix),
+            "vxlan direct": vxlan_direct(prefix),
+            "vxlan stitched": vxlan_stitched(prefix, node_a, node_b),
+        }
         runs: dict[str, list[float]] = {name: [] for name in pairs}
         for _ in range(args.repeat):
             for name, (a, b) in pairs.items():
@@ -122,12 +183,14 @@ def main() -> int:
             name = line.split()[0] if line.split() else ""
             if name.startswith(f"{prefix}-"):
                 subprocess.run(["ip", "netns", "del", name], check=False)
-    result = {name: statistics.median(values) for name, values in runs.items()}
-    result["ratio"] = result["stitched"] / result["direct"]
-    print(
-        f"TCP direct veth {result['direct']:.0f} Mbit/s, stitched {result['stitched']:.0f} "
-        f"Mbit/s: stitched/direct {result['ratio']:.2f}"
-    )
+    result: dict[str, float] = {name: statistics.median(values) for name, values in runs.items()}
+    for kind in ("veth", "vxlan"):
+        result[f"{kind} ratio"] = result[f"{kind} stitched"] / result[f"{kind} direct"]
+        direct_mbps, stitched_mbps = result[f"{kind} direct"], result[f"{kind} stitched"]
+        print(
+            f"TCP {kind}: direct {direct_mbps:.0f} Mbit/s, stitched {stitched_mbps:.0f} "
+            f"Mbit/s: stitched/direct {result[f'{kind} ratio']:.2f}"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps({"runs": runs, **result}, indent=2))
     return 0
