@@ -7,6 +7,7 @@ With no containerd running on the machine the lab starts its own, under its dire
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -206,6 +207,8 @@ def test_down_leaves_no_container_image_namespace_or_process(lab: Lab) -> None:
     assert not lab.directory.exists()
     assert host_netns_names(lab.prefix) == []
     assert not [g for g in cgroups if list(Path("/sys/fs/cgroup").glob(f"*/{g}"))]
+    # The shims' socket folders the lab's containerd made (other labs' may still be in use).
+    assert not [d for d in record["host_dirs"] if Path(d).exists() and not any(Path(d).iterdir())]
 
 
 def test_up_without_containerd_names_it_and_makes_nothing(
@@ -275,6 +278,8 @@ def user_containerd(directory: Path) -> Iterator[Any]:
         assert done.returncode == 0 or not check, done.stderr
         return done.stdout if done.returncode == 0 else ""
 
+    # Its shims' socket folders, which containerd 1.6 puts there whatever its config says.
+    made = [d for d in (Path("/run/containerd"), Path("/run/containerd/s")) if not d.exists()]
     with open(directory / "log", "wb") as log:
         proc = subprocess.Popen(
             ["containerd", "--config", str(directory / "config.toml")],
@@ -288,3 +293,6 @@ def user_containerd(directory: Path) -> Iterator[Any]:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):  # not empty: another containerd's now
+                    folder.rmdir()

@@ -29,7 +29,8 @@ does (holder.py's `exec`: the exit status, stdin and terminal of any pod),
 with the container's environment. runc's state, ctr's FIFOs and the task's
 cgroup (`/<namespace>-<id>`, removed with the task) carry the lab's names.
 The one thing containerd 1.6 places itself is each shim's socket, under
-/run/containerd/s/: it goes when the shim does.
+/run/containerd/s/: it goes when the shim does, and the folders, when the lab's
+own containerd made them, go with `down` once empty (remove_host_dirs).
 
 Every failure raises LabError with what `ctr` said.
 """
@@ -81,6 +82,8 @@ CTR_TIMEOUT = 300.0
 PROBE_TIMEOUT = 5.0
 POLL = 0.05
 SHIM = "containerd-shim-runc-v2"
+# Where containerd 1.6's shims put their sockets, whatever its config says.
+SHIM_SOCKETS = Path("/run/containerd/s")
 # Containers stopped at once by `down`: each is mostly a wait on its task and shim.
 PARALLEL = 16
 
@@ -148,6 +151,9 @@ def prepare(lab: LabDir, state: LabState, plan: Plan) -> None:
         directory=str(directory),
         own=own,
     )
+    if own:
+        made = (SHIM_SOCKETS.parent, SHIM_SOCKETS)
+        state.containerd.host_dirs = [str(path) for path in made if not path.exists()]
     lab.save(state)
     directory.mkdir(parents=True, exist_ok=True)
     if own:
@@ -268,6 +274,17 @@ def remove_all(lab: LabDir, state: LabState) -> list[str]:
     if record.namespace in ctr(record, "namespaces", "ls", "-q").split():
         raise LabError(f"containerd namespace {record.namespace}: not empty, left")
     removed.append(f"containerd namespace {record.namespace}")
+    return removed
+
+
+def remove_host_dirs(record: ContainerdRecord) -> list[str]:
+    """The host folders the lab's own containerd's shims made, deepest first, each
+    removed when it is empty (another containerd's shims may use it now)."""
+    removed = []
+    for path in reversed(record.host_dirs):
+        with contextlib.suppress(OSError):  # gone, or in use again
+            os.rmdir(path)
+            removed.append(f"directory {path}")
     return removed
 
 

@@ -7,8 +7,9 @@ state write still goes. The pods' containers go first, with every image and
 snapshot of the lab's containerd namespace and the namespace itself
 (containerd.py). Processes are stopped next, the pods' own (their holders
 and `cmd`s, together) before the lab's, its own containerd among them
-(daemons would otherwise react to their pods vanishing), then the dataplane workers the daemons left
-running in their run directories (they outlive a daemon), then namespaces
+(daemons would otherwise react to their pods vanishing), then the dataplane
+workers the daemons left running in their run directories (they outlive a
+daemon), then the host folders the lab's own containerd made, then namespaces
 (interfaces inside them go with them; the lab puts none in the host's
 namespace), then the directory.
 Without a state file there are no PIDs to stop: only prefixed namespaces and
@@ -67,6 +68,8 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
         for node in state.nodes:
             for pid in rundir.stop_all(str(lab.worker_dir(node))):
                 removed.append(f"process worker/{node} (pid {pid})")
+        if state.containerd is not None:
+            removed.extend(containerd.remove_host_dirs(state.containerd))
     if state is not None and state.kube_server:
         try:
             removed.extend(_delete_from_server(state))

@@ -93,6 +93,9 @@ class ContainerdRecord:
     directory: str  # the lab's containerd directory: runc's state, ctr's FIFOs
     own: bool  # True: the lab started it (process `containerd`) and stops it on `down`
     snapshotter: str = ""  # "": containerd's default
+    # Host folders its shims make that were not there before it (own only): `down`
+    # removes each once it is empty.
+    host_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
