@@ -9,8 +9,11 @@ What a caller may rely on:
   row new to this process, or back from a delete, is taken at once even
   within the quiet: there is nothing to coalesce it with.
 - A row is realised by `driver.update(row)`, which reads the kernel back and
-  repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
-  deleting what does not exist is success. When a row's ends move (new netns,
+  repairs whatever differs; a deleted row by `driver.delete(old_row, keep)`,
+  where deleting what does not exist is success and `keep` holds the pod ends
+  a current row of the same link wants (the link changed kind: a pod end is
+  never deleted for a row that takes it over, even one that cannot be built,
+  so it stays without carrier). When a row's ends move (new netns,
   new name) the old ends are cleared first (`driver.move`). What is cleared or
   deleted is what this process last handed to the driver, which is not always
   the row's last state: changes between two looks are coalesced, so a row can
@@ -73,7 +76,7 @@ class _Pass:
 
     key: str
     row: LinkRow | None
-    calls: list[tuple[Callable[..., None], tuple[LinkRow, ...]]] = field(default_factory=list)
+    calls: list[tuple[Callable[..., None], tuple[object, ...]]] = field(default_factory=list)
     # The first call clears the ends of a row that moved (`driver.move`).
     moves: bool = False
     # Calls that returned, the exception of the one that raised; when the first
@@ -239,7 +242,7 @@ class LinkReconciler:
             old = self._realised.get(key) or self._deleted.get(key)
             if old is not None:
                 log.debug("link %s: delete %s in %s", key, old.kind.value, old.local.netns)
-                done.calls.append((self.driver.delete, (old,)))
+                done.calls.append((self.driver.delete, (old, self._taken_over(old))))
             return done
         previous = self._realised.get(key)
         if previous is not None and _placement(previous) != _placement(row):
@@ -252,16 +255,30 @@ class LinkReconciler:
         done.calls.append((self.driver.update, (row,)))
         return done
 
+    def _taken_over(self, old: LinkRow) -> set[tuple[str, str]]:
+        """The pod ends (netns, interface) of the deleted row `old` that a current row of
+        its link wants (a row of another kind took the link over): its delete leaves
+        them, whether or not that row could be built yet."""
+        link = f"{old.namespace}/{old.uid}"
+        keys = {link, *(f"{link}/{end.pod}" for end in old.ends())}
+        wanted = {
+            (end.netns, end.intf)
+            for key in keys
+            if (row := self.links.get(key)) is not None
+            for end in row.ends()
+        }
+        return wanted & {(end.netns, end.intf) for end in old.ends()}
+
     def _drive(self, passes: list[_Pass]) -> None:
         """In a pool thread: each pass's calls, until one fails; none starts once closed
         or held (what it would have done is left as it is)."""
         for each in passes:
             each.started = time.monotonic()
-            for method, rows in each.calls:
+            for method, args in each.calls:
                 if self._closed or self._held:
                     break
                 try:
-                    method(*rows)
+                    method(*args)
                 except Exception as exc:  # every failure is recorded and retried
                     each.error = exc
                     break
