@@ -60,7 +60,7 @@ class Health:
         failed with an error a retry may fix."""
         return self.state is State.PENDING or (self.state is State.ERROR and not self.permanent)
 
-    def says_more_than(self, other: Health) -> bool:
+    def errors_may_differ(self, other: Health) -> bool:
         """Whether a pod's error messages may differ between this and `other`: either is
         an error, or their handshake problems differ."""
         return State.ERROR in (self.state, other.state) or self.handshake != other.handshake

@@ -150,7 +150,7 @@ class LinksTable(Table[LinkRow]):
         before = self.health(key)
         self._health[key] = after = before.pending()
         pods = pods_of(obj) if old is None else pods_of(obj) | pods_of(old)
-        self._tell(pods, before.says_more_than(after))
+        self._tell(pods, before.errors_may_differ(after))
         return revision
 
     def delete(self, key: str) -> LinkRow | None:
@@ -158,7 +158,7 @@ class LinksTable(Table[LinkRow]):
         old = super().delete(key)
         if old is not None:
             before = self._health.pop(key)
-            self._tell(pods_of(old), before.says_more_than(PENDING))
+            self._tell(pods_of(old), before.errors_may_differ(PENDING))
         return old
 
     def set_health(self, key: str, health: Health) -> LinkRow | None:
@@ -169,7 +169,7 @@ class LinksTable(Table[LinkRow]):
             return None
         before = self._health[key]
         self._health[key] = health
-        self._tell(pods_of(row), before.says_more_than(health))
+        self._tell(pods_of(row), before.errors_may_differ(health))
         return row
 
     def set_findings(self, found: Mapping[str, Findings]) -> None:
