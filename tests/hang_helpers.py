@@ -34,7 +34,7 @@ from slot_helpers import slot
 from meshwire.control.common.config import load_config
 from meshwire.control.common.ids import wire_id
 from meshwire.control.common.queue import WorkQueue
-from meshwire.control.tables.links import End, LinkKind, LinkRow
+from meshwire.control.tables.links import End, LinkKind, LinkRow, new_links_table
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.peer_client import GrpcPeerClient
@@ -119,8 +119,9 @@ async def _watch() -> dict[str, Any]:
 
     config = load_config(None, env={}, overrides={"node_ip": THIS_NODE})
     hung = await asyncio.start_server(never_answer, HUNG_NODE, PEER_PORT)
-    good = WireManager(GOOD_NODE, True, FakeSlots(), WorkQueue())
-    here = WireManager(THIS_NODE, True, FakeSlots(), WorkQueue())
+    good = WireManager(GOOD_NODE, True, FakeSlots(), WorkQueue(), new_links_table())
+    links = new_links_table()
+    here = WireManager(THIS_NODE, True, FakeSlots(), WorkQueue(), links)
     client = GrpcPeerClient(PEER_PORT, config.peer.rpc_timeout)
     pipes = [os.pipe() for _ in range(3)]
     server = None
@@ -128,6 +129,7 @@ async def _watch() -> dict[str, Any]:
     try:
         good.attach(GOOD_END, TapRef((1, 3), 7), pipes[0][1])
         server = await start_peer_server(f"{GOOD_NODE}:{PEER_PORT}", good)
+        links.upsert(TO_HUNG.key, TO_HUNG)
         here.attach(TO_HUNG, TapRef((1, 1), 8), pipes[1][1])
         here.attach(TO_GOOD, TapRef((1, 1), 9), pipes[2][1])
         handshakes = asyncio.create_task(Handshaker(here, client, "node1").run())
@@ -136,7 +138,7 @@ async def _watch() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + OBSERVE_LIMIT
         while loop.time() < deadline:
-            problem = "; ".join(here.problems([TO_HUNG.key]))
+            problem = links.health(TO_HUNG.key).handshake
             if problem:
                 break
             if here.ready(TO_GOOD.key) and held:

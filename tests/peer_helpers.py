@@ -37,7 +37,7 @@ from slot_helpers import slot
 
 from meshwire.control.common.ids import wire_id
 from meshwire.control.common.queue import WorkQueue
-from meshwire.control.tables.links import End, LinkKind, LinkRow
+from meshwire.control.tables.links import End, LinkKind, LinkRow, new_links_table
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.peer_client import GrpcPeerClient
 from meshwire.control.wire.peer_service import start_peer_server
@@ -183,7 +183,7 @@ async def _slowly_pass_on(reader: asyncio.StreamReader, writer: asyncio.StreamWr
 
 
 async def _serve_and_call(calls: list[dict[str, Any]]) -> dict[str, Any]:
-    manager = WireManager(THIS_NODE, True, FakeSlots(), WorkQueue())
+    manager = WireManager(THIS_NODE, True, FakeSlots(), WorkQueue(), new_links_table())
     keep, given = os.pipe()
     clients: dict[int, GrpcPeerClient] = {}
     servers = []

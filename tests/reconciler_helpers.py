@@ -53,7 +53,8 @@ from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import PruneNotReady, prune
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.tables.links import LinkRow, State, new_links_table
+from meshwire.control.tables.health import State
+from meshwire.control.tables.links import LinkRow, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 
 SCRIPTS = Path(__file__).parent / "testdata" / "reconciler"
@@ -340,11 +341,11 @@ class Scenario:
             reconciler = self.daemon.reconciler
             actual = []
             for key in sorted(self.daemon.links.keys()):
-                status = self.daemon.links.status(key)
-                line = f"{key} {status.state.value}"
-                if status.state is State.ERROR:
-                    line += f" attempts={status.attempts}" + (
-                        " permanent" if status.permanent else ""
+                health = self.daemon.links.health(key)
+                line = f"{key} {health.state.value}"
+                if health.state is State.ERROR:
+                    line += f" attempts={health.attempts}" + (
+                        " permanent" if health.permanent else ""
                     )
                 actual.append(line)
             actual.append(f"initial {'done' if reconciler.initial_done.is_set() else 'pending'}")

@@ -20,7 +20,7 @@ from meshwire.control.client.capture import (
     pcap_header,
 )
 from meshwire.control.daemon.link_report import link_report
-from meshwire.control.tables.links import PENDING
+from meshwire.control.tables.health import PENDING
 
 pytestmark = pytest.mark.root
 

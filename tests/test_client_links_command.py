@@ -18,13 +18,13 @@ from meshwire.control.cli import main as meshwire
 from meshwire.control.client import links_command
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.model.emulation import Impairments
-from meshwire.control.tables.links import LinkStatus
+from meshwire.control.tables.health import Health
 
 VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
 GRPC = grpc_row("/run/netns/a")
 ROWS = [
-    (VETH, LinkStatus().done()),
-    (GRPC, LinkStatus().failed("eth1 exists and meshwire did not create it", True)),
+    (VETH, Health().done()),
+    (GRPC, Health().failed("eth1 exists and meshwire did not create it", True)),
 ]
 # What the daemon answers, made as the daemon makes it.
 EVERY = link_report(ROWS)
@@ -134,5 +134,5 @@ def test_the_table_shows_each_ends_impairments_and_a_pulled_cable() -> None:
         peer=dataclasses.replace(GRPC.peer, impairments=Impairments(loss_pct=2.5)),
         down=True,
     )
-    text = links_command.render(link_report([(row, LinkStatus())]))
+    text = links_command.render(link_report([(row, Health())]))
     assert "> delay_ms=20; < loss_pct=2.5; cable down" in text

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from derive_helpers import pair
 from reconciler_helpers import NODE, Daemon, FakeDriver
 from slot_helpers import HashedSlots
+from wire_helpers import grpc_row
 
 from meshwire.control.cni.protocol import (
     Attachment,
@@ -31,6 +31,7 @@ from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
 from meshwire.control.links.netns import identity_of
 from meshwire.control.model.topology import Topology, TopologyStatus
+from meshwire.control.tables.health import PENDING
 
 R1 = Topology(
     "default", "r1", status=TopologyStatus(src_ip=NODE.node_ip, net_ns="/ns/r1", container_id="c1")
@@ -62,7 +63,6 @@ def handler(
     written: Written,
     add_timeout: float,
     store: SandboxStore | None = None,
-    extra_errors: Callable[[set[str]], list[str]] = lambda keys: [],
 ) -> DaemonCniHandler:
     return DaemonCniHandler(
         NODE.node_ip,
@@ -73,7 +73,6 @@ def handler(
         add_timeout,
         lambda: "",
         PlacementKeeper(NODE.node_ip, daemon.topologies, written.set, store),
-        extra_errors,
     )
 
 
@@ -246,17 +245,21 @@ async def test_check_says_the_same_errors_as_plumbing_error_a_wires_handshake_in
     daemon.topologies.upsert(R1)
     daemon.topologies.mark_initialized()
     daemon.links.mark_initialized()
-    handshake = "wire default/1: handshake with node2 failed: DEADLINE_EXCEEDED"
-    cni = handler(daemon, written, 1.0, extra_errors=lambda keys: [handshake])
+    row = dataclasses.replace(grpc_row(1, "r1", "r2", "10.99.0.2"), namespace="default")
+    daemon.links.upsert(row.key, row)
+    handshake = "handshake with node2 failed: DEADLINE_EXCEEDED"
+    daemon.links.set_health(row.key, PENDING.done().with_handshake(handshake))
+    cni = handler(daemon, written, 1.0)
     check = dataclasses.replace(DEL, command=Command.CHECK)
     try:
         with pytest.raises(CniError) as failed:
             await cni.check(check)
         assert failed.value.code == ErrorCode.INTERNAL
-        assert handshake in str(failed.value)
+        assert f"link default/1: {handshake}" in str(failed.value)
         # Without the wire's error the same pod is only not realised yet.
+        daemon.links.set_health(row.key, PENDING)
         with pytest.raises(CniError) as pending:
-            await handler(daemon, written, 1.0).check(check)
+            await cni.check(check)
         assert pending.value.code == ErrorCode.TRY_AGAIN_LATER
     finally:
         await daemon.stop()
@@ -293,10 +296,12 @@ async def test_an_add_waits_for_a_link_across_nodes_until_its_namespace_has_ids(
         adding = asyncio.create_task(handler(daemon, written, 10.0).add(ADD))
         await asyncio.sleep(0.05)
         assert not adding.done()
-        woken = daemon.desired.stepped()  # what the waiting ADD sleeps on, beside its poll
+        told: list[bool] = []  # what the waiting ADD sleeps on: a health write of its pod
+        stop = daemon.links.watch_health(lambda pods, errors: told.append(errors), "default/r1")
         daemon.desired.slots = HashedSlots()
         daemon.desired.rederive_namespaces({"default"})
-        assert woken.done()
+        stop()
+        assert told
         await asyncio.wait_for(adding, 10.0)
         assert daemon.links.keys() == ["default/1/r1"]  # r1's vxlan end
     finally:

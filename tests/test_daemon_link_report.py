@@ -10,7 +10,7 @@ from links_helpers import grpc_row, veth_row
 
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.model.emulation import Impairments
-from meshwire.control.tables.links import LinkStatus, State
+from meshwire.control.tables.health import Health, State
 
 VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
 GRPC = grpc_row("/run/netns/a")
@@ -19,13 +19,13 @@ GRPC = replace(
     local=replace(GRPC.local, mac="02:00:00:00:00:01"),
     peer=replace(GRPC.peer, mac="06:00:00:00:00:02"),
 )
-FAILED = LinkStatus(
+FAILED = Health(
     State.ERROR, "lab/5: r1:eth1: interface eth1 exists and meshwire did not create it", 4, True
 )
 
 
 def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
-    (veth, grpc) = link_report([(VETH, LinkStatus().done()), (GRPC, FAILED)])
+    (veth, grpc) = link_report([(VETH, Health().done()), (GRPC, FAILED)])
 
     assert grpc == {
         "link": "lab/5",
@@ -63,12 +63,12 @@ def test_each_end_says_where_it_is_what_it_joins_and_why_it_fails() -> None:
 
 
 def test_a_row_not_yet_attempted_is_pending() -> None:
-    (entry,) = link_report([(VETH, LinkStatus())])
+    (entry,) = link_report([(VETH, Health())])
     assert (entry["state"], entry["attempts"]) == ("pending", 0)
 
 
 def test_a_state_keeps_only_its_entries_and_an_unknown_one_is_refused() -> None:
-    rows = [(GRPC, FAILED), (VETH, LinkStatus().done())]
+    rows = [(GRPC, FAILED), (VETH, Health().done())]
     assert [e["key"] for e in link_report(rows, "error")] == [GRPC.key]
     assert [e["key"] for e in link_report(rows, "done")] == [VETH.key]
     with pytest.raises(ValueError, match="state 'broken' is not one of pending, done, error"):
@@ -83,7 +83,7 @@ def test_each_end_shows_its_impairments_and_the_link_its_cable() -> None:
         down=True,
         emulated=True,
     )
-    (entry,) = link_report([(row, LinkStatus())])
+    (entry,) = link_report([(row, Health())])
     assert entry["emulated"]
     assert entry["local"]["impairments"] == {"delay_ms": 20, "loss_pct": 1.5}
     assert entry["peer"]["impairments"] == {"rate_mbps": 100}

@@ -1,7 +1,7 @@
-"""A pod's plumbing_error follows its link rows' statuses and its wires' handshakes.
+"""A pod's plumbing_error follows its links' health: rows' errors, wires' handshakes.
 
-The publisher (daemon/plumbing_error.py) watches the links table's statuses:
-there is no timer, so a status write reaches the status writer within a few
+The publisher (daemon/plumbing_error.py) watches the links table's health:
+there is no timer, so a health write reaches the status writer within a few
 turns of the event loop, and clearing the error clears plumbing_error.
 """
 
@@ -16,20 +16,13 @@ import pytest
 from informer_helpers import wait_until
 from links_helpers import veth_row
 from reconciler_helpers import NODE, Scenario
-from slot_helpers import HashedSlots
 from wire_helpers import NS, grpc_row, wire_nodes
 
-from meshwire.control.daemon.plumbing_error import PlumbingErrors
+from meshwire.control.daemon.plumbing_error import PlumbingErrors, pod_errors
 from meshwire.control.model.topology import Topology, TopologyStatus
-from meshwire.control.reconcile.desired import DesiredLinks
-from meshwire.control.tables.links import (
-    POD_INDEX,
-    LinksTable,
-    LinkStatus,
-    State,
-    new_links_table,
-    pods_of,
-)
+from meshwire.control.reconcile.rebuilds import Rebuilds
+from meshwire.control.tables.health import PENDING
+from meshwire.control.tables.links import POD_INDEX, LinksTable, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 
 # Event loop turns a write may take to reach the status writer: the watcher marks
@@ -72,14 +65,13 @@ class Bare:
 
 @pytest.fixture
 async def bare() -> AsyncIterator[Bare]:
-    """A publisher over a links table no reconciler writes: the test writes the statuses."""
+    """A publisher over a links table no reconciler writes: the test writes the health."""
     topologies, links = TopologyTable(), new_links_table()
     placed = TopologyStatus(src_ip=NODE.node_ip, net_ns="/ns/r1")
     topologies.upsert(Topology("lab", "r1", status=placed))
     topologies.upsert(Topology("lab", "r2", status=dataclasses.replace(placed, net_ns="/ns/r2")))
-    desired = DesiredLinks(topologies, links, NODE, HashedSlots())
     api = Api(topologies)
-    publisher = PlumbingErrors(NODE.node_ip, topologies, links, desired, api.set, lambda k: [])
+    publisher = PlumbingErrors(NODE.node_ip, topologies, links, Rebuilds(), api.set)
     task = asyncio.create_task(publisher.run())
     try:
         yield Bare(links, api, publisher)
@@ -87,34 +79,33 @@ async def bare() -> AsyncIterator[Bare]:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         publisher.close()
-        desired.close()
 
 
 async def test_a_status_write_reaches_plumbing_error_within_a_few_loop_turns(bare: Bare) -> None:
     links, api = bare.links, bare.api
     row = veth_row("/ns/r1", "/ns/r2")
     links.upsert(row.key, row)
-    failed = LinkStatus().failed("eth1: name is taken (foreign)", permanent=True)
+    failed = PENDING.failed("eth1: name is taken (foreign)", permanent=True)
 
-    links.set_status(row.key, failed)
+    links.set_health(row.key, failed)
     # A veth touches both pods: both say its error, with no timer to wait for.
     both = {("lab/r1", failed.message), ("lab/r2", failed.message)}
     assert await turns(lambda: set(api.writes) == both), api.writes
 
     api.writes.clear()
-    links.set_status(row.key, LinkStatus(State.DONE))
+    links.set_health(row.key, PENDING.done())
     assert await turns(lambda: set(api.writes) == {("lab/r1", ""), ("lab/r2", "")}), api.writes
 
     # A write that changes nothing a pod says writes nothing.
     api.writes.clear()
-    links.set_status(row.key, LinkStatus(State.DONE))
+    links.set_health(row.key, PENDING.done())
     assert not await turns(lambda: bool(api.writes))
 
 
 async def test_writes_that_neither_are_nor_replace_an_error_recompute_nothing(
     bare: Bare, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A 1,500-link pod coming up writes 1,500 statuses: none may recompute the pod.
+    # A 1,500-link pod coming up writes 1,500 verdicts: none may recompute the pod.
     links, publisher = bare.links, bare.publisher
     published: list[str] = []
     real = publisher._publish
@@ -123,33 +114,33 @@ async def test_writes_that_neither_are_nor_replace_an_error_recompute_nothing(
     for row in rows:
         links.upsert(row.key, row)
     for row in rows:
-        links.set_status(row.key, LinkStatus(State.DONE))
+        links.set_health(row.key, PENDING.done())
         await asyncio.sleep(0)
     assert not await turns(lambda: bool(published))
 
-    links.set_status(rows[7].key, LinkStatus().failed("eth8: gone", permanent=False))
+    links.set_health(rows[7].key, PENDING.failed("eth8: gone", permanent=False))
     assert await turns(lambda: sorted(set(published)) == ["lab/r1", "lab/r2"]), published
     published.clear()
-    links.set_status(rows[7].key, LinkStatus(State.DONE))
+    links.set_health(rows[7].key, PENDING.done())
     assert await turns(lambda: sorted(set(published)) == ["lab/r1", "lab/r2"]), published
 
 
-async def test_a_closed_publisher_no_longer_hears_status_writes(bare: Bare) -> None:
+async def test_a_closed_publisher_no_longer_hears_health_writes(bare: Bare) -> None:
     links, api = bare.links, bare.api
     row = veth_row("/ns/r1", "/ns/r2")
     links.upsert(row.key, row)
     bare.publisher.close()
-    links.set_status(row.key, LinkStatus().failed("x", permanent=True))
+    links.set_health(row.key, PENDING.failed("x", permanent=True))
     assert not await turns(lambda: bool(api.writes))
 
 
 async def test_a_link_error_reaches_plumbing_error_and_its_repair_clears_it() -> None:
-    # The reconciler, over the fake kernel, writes the statuses.
+    # The reconciler, over the fake kernel, writes the health.
     scenario = Scenario("plumbing")
     daemon = scenario.daemon
     api = Api(daemon.topologies)
     publisher = PlumbingErrors(
-        NODE.node_ip, daemon.topologies, daemon.links, daemon.desired, api.set, lambda k: []
+        NODE.node_ip, daemon.topologies, daemon.links, daemon.desired.rebuilds, api.set
     )
     task = asyncio.create_task(publisher.run())
     try:
@@ -161,7 +152,7 @@ async def test_a_link_error_reaches_plumbing_error_and_its_repair_clears_it() ->
         scenario.cmd_synced()
         await scenario.cmd_settle()
         keys = daemon.links.lookup(POD_INDEX, "default/r1")
-        [error] = daemon.links.errors(keys)
+        [error] = pod_errors(daemon.links, "default/r1")
         assert "foreign" in error
 
         def says(message: str) -> Callable[[], bool]:
@@ -177,7 +168,7 @@ async def test_a_link_error_reaches_plumbing_error_and_its_repair_clears_it() ->
             del scenario.driver.kernel[("/ns/r1", "eth1")]
         daemon.reconciler.verify(keys)
         await scenario.cmd_settle()
-        assert daemon.links.errors(keys) == []
+        assert pod_errors(daemon.links, "default/r1") == []
         await wait_until(says(""), "the repaired link's error is cleared from plumbing_error", WAIT)
         assert api.writes[-2:] == [("default/r1", ""), ("default/r2", "")]
     finally:
@@ -189,25 +180,23 @@ async def test_a_link_error_reaches_plumbing_error_and_its_repair_clears_it() ->
 
 async def test_a_handshake_that_fails_after_its_row_is_done_reaches_plumbing_error() -> None:
     # r1's end of a wire is realised (its row done) while the peer node does not
-    # answer: nothing writes the row's status again, the handshake alone fails.
+    # answer: the reconciler writes nothing again, the handshake alone fails.
     with wire_nodes("a", "b") as (network, (a, b)):
-        topologies, links = TopologyTable(), new_links_table()
+        topologies, links = TopologyTable(), a.links
         placed = TopologyStatus(src_ip=a.ip, net_ns="/run/netns/r1")
         topologies.upsert(Topology(NS, "r1", status=placed))
-        desired = DesiredLinks(topologies, links, NODE, HashedSlots())
         api = Api(topologies)
-        publisher = PlumbingErrors(a.ip, topologies, links, desired, api.set, a.manager.problems)
-        a.manager.on_problem = lambda row: publisher.mark(pods_of(row))
+        publisher = PlumbingErrors(a.ip, topologies, links, Rebuilds(), api.set)
         task = asyncio.create_task(publisher.run())
         try:
             row = grpc_row(1, "r1", "r2", b.ip)
             links.upsert(row.key, row)
-            links.set_status(row.key, LinkStatus(State.DONE))
+            links.set_health(row.key, PENDING.done())
             a.attach(row)
             network.down.add(b.ip)
 
             await a.handshake(b)
-            [problem] = a.manager.problems({row.key})
+            [problem] = pod_errors(links, f"{NS}/r1")
             assert b.ip in problem
             assert await turns(lambda: api.writes == [(f"{NS}/r1", problem)]), api.writes
 
@@ -220,4 +209,3 @@ async def test_a_handshake_that_fails_after_its_row_is_done_reaches_plumbing_err
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             publisher.close()
-            desired.close()

@@ -14,6 +14,7 @@ from meshwire.control.auth.certs import CredentialError
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.app import _wire_stack
 from meshwire.control.links.errors import SpecError
+from meshwire.control.tables.links import new_links_table
 
 
 def config(tmp_path: Path, link_type: str) -> Path:
@@ -39,7 +40,7 @@ def config(tmp_path: Path, link_type: str) -> Path:
 def test_a_vxlan_node_without_credentials_runs_a_local_only_wire_stack(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stack = _wire_stack(load_config(config(tmp_path, "vxlan")))
+    stack = _wire_stack(load_config(config(tmp_path, "vxlan")), new_links_table())
     assert stack.local and stack.credentials is None
     assert "auth.wire_key" in stack.missing
     assert "auth.wire_key" in caplog.text and "local only" in caplog.text
@@ -63,7 +64,7 @@ def test_a_vxlan_node_without_credentials_runs_a_local_only_wire_stack(
 
 def test_a_grpc_node_without_credentials_does_not_start(tmp_path: Path) -> None:
     with pytest.raises(CredentialError, match=r"auth\.wire_key"):
-        _wire_stack(load_config(config(tmp_path, "grpc")))
+        _wire_stack(load_config(config(tmp_path, "grpc")), new_links_table())
 
 
 def test_with_a_run_directory_the_local_only_key_is_kept_for_the_next_daemon(
@@ -78,7 +79,7 @@ def test_with_a_run_directory_the_local_only_key_is_kept_for_the_next_daemon(
 
     keys = []
     for _ in range(2):
-        stack = _wire_stack(load_config(path))
+        stack = _wire_stack(load_config(path), new_links_table())
         assert stack.local
         keys.append(Path(stack.pool.settings.wire_key))
         asyncio.run(stack.close())

@@ -21,7 +21,7 @@ from meshwire.control.daemon.link_report import link_report
 from meshwire.control.graph import formats, layout
 from meshwire.control.graph.live import page_state
 from meshwire.control.graph.model import build
-from meshwire.control.tables.links import PENDING
+from meshwire.control.tables.health import PENDING
 from tests.paths import REPO as ROOT
 
 NODES = {"169.254.0.11": "node1", "169.254.0.12": "node2"}

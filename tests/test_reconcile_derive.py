@@ -95,14 +95,16 @@ def test_a_link_across_nodes_is_due_but_waits_for_its_namespaces_slot() -> None:
     # A link on this node needs no id: nothing waits.
     local = derive_pods(two_pods(NODE_A, NODE_A), {"default/r1"}, ON_A, NoSlotYet())
     assert len(local.rows) == 1 and local.waiting_for_slot == set()
-    # Desired links keep the list, and drop the pod once its slot came.
+    # Desired links say so in the pod's findings, and take it back once its slot came.
     links = new_links_table()
     desired = DesiredLinks(table, links, ON_A, NoSlotYet())
     desired.step()
-    assert desired.waiting_for_slot == {"default/r1"}
+    assert links.findings("default/r1").waiting_for_slot
+    assert desired.owes("default/r1")
     desired.slots = SLOTS
     desired.rederive_namespaces({"default"})
-    assert desired.waiting_for_slot == set()
+    assert not links.findings("default/r1").waiting_for_slot
+    assert not desired.owes("default/r1")
     assert [row.kind for row in links.values()] == [LinkKind.VXLAN]
 
 
@@ -168,7 +170,7 @@ class TestDesiredLinks:
         self.topologies.upsert(pod("r1", node=NODE_A))
         self.desired.step()
         assert len(self.links) == 0
-        assert "default/r2" in self.desired.problems
+        assert self.links.findings("default/r2").problems
 
     def test_link_added_to_a_running_topology_is_created(self) -> None:
         a, b = pair(2, "r1", "r2", "eth2", "eth2")

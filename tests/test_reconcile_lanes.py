@@ -15,7 +15,8 @@ from typing import Any
 from reconciler_helpers import PAUSE_LIMIT, Scenario
 
 from meshwire.control.reconcile.lanes import Lanes
-from meshwire.control.tables.links import LinkRow, State
+from meshwire.control.tables.health import State
+from meshwire.control.tables.links import LinkRow
 
 NETNS = {"a": ["p1", "p2"], "b": ["p1", "p3"], "c": ["p4", "p5"], "d": ["p3", "p2"]}
 
@@ -189,13 +190,13 @@ async def test_a_pods_parked_links_run_in_one_trip_and_a_failure_stays_its_own()
         await until(lambda: "5" in gate.entered, "links 2-5 in the driver")
         # All four went to the pool together, in the order they came.
         assert ["default/2", "default/3", "default/4", "default/5"] in trips
-        statuses = {n: scenario.daemon.links.status(f"default/{n}") for n in range(2, 6)}
+        statuses = {n: scenario.daemon.links.health(f"default/{n}") for n in range(2, 6)}
         assert statuses[3].state is State.ERROR and "injected" in statuses[3].message
         assert all(statuses[n].state is State.DONE for n in (2, 4, 5))
         # The failed one is retried on its own and then done.
         await scenario.cmd_advance("1")
         await scenario.cmd_settle()
-        assert scenario.daemon.links.status("default/3").state is State.DONE
+        assert scenario.daemon.links.health("default/3").state is State.DONE
         assert "update(default/3) fail" in scenario.driver.log
     finally:
         gate.go.set()

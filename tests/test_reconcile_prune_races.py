@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 from reconciler_helpers import Pause, Scenario
 
-from meshwire.control.tables.links import State
+from meshwire.control.tables.health import State
 
 
 async def left_over_link(scenario: Scenario) -> None:
@@ -84,11 +84,11 @@ async def test_a_row_whose_interface_a_prune_removed_shows_pending_until_rebuilt
         reconciler = scenario.daemon.reconciler
         links = reconciler.links
         [key] = [row.key for row in links.values() if row.local.netns == "/ns/r1"]
-        assert links.status(key).state is State.DONE
+        assert links.health(key).state is State.DONE
         assert reconciler.recheck("/ns/r1", "eth1")
-        assert links.status(key).state is State.PENDING  # until the queued check has run
+        assert links.health(key).state is State.PENDING  # until the queued check has run
         await scenario.cmd_settle()
-        assert links.status(key).state is State.DONE
+        assert links.health(key).state is State.DONE
         assert not reconciler.recheck("/ns/r9", "eth1")
     finally:
         await scenario.daemon.stop()

@@ -15,7 +15,7 @@ import asyncio
 from reconciler_helpers import Pause, Scenario
 
 from meshwire.control.model.topology import Topology
-from meshwire.control.tables.links import State
+from meshwire.control.tables.health import State
 
 
 def three_pods_two_links(scenario: Scenario) -> None:
@@ -56,84 +56,61 @@ def placed_pair(name: str) -> Scenario:
     return scenario
 
 
-async def test_a_status_change_wakes_those_waiting_on_that_row_only() -> None:
-    # A CNI ADD waits on its pod's rows and looks again as soon as one is
-    # realised, instead of waiting out its poll; other pods' ADDs sleep on.
-    scenario = placed_pair("status wake")
+async def test_a_rows_verdict_is_told_to_the_watchers_of_its_pods_only() -> None:
+    # A CNI ADD waits on its pod's health and looks again as soon as a row of
+    # the pod is realised; other pods' ADDs sleep on.
+    scenario = placed_pair("verdict told")
     pause = Pause()
     scenario.driver.update = pause.around(scenario.driver.update)  # type: ignore[method-assign]
-    reconciler = scenario.daemon.reconciler
+    links = scenario.daemon.links
+    on_r1: list[bool] = []
+    on_other: list[bool] = []
+    stops = [
+        links.watch_health(lambda pods, errors: on_r1.append(errors), "default/r1"),
+        links.watch_health(lambda pods, errors: on_other.append(errors), "default/elsewhere"),
+    ]
     try:
         scenario.cmd_synced()
         await pause.wait_reached()  # link 1's first update is under way
-        [key] = scenario.daemon.links.keys()
-        on_link = reconciler.status_change([key])
-        on_other = reconciler.status_change(["default/elsewhere"])
+        [key] = links.keys()
+        on_r1.clear()
         await asyncio.sleep(0)
-        assert not on_link.done()
+        assert on_r1 == []
 
         pause.go.set()
-        await asyncio.wait_for(on_link, 30)
-        assert reconciler.links.status(key).state is State.DONE
         await scenario.cmd_settle()
-        assert not on_other.done()
-        on_other.cancel()
+        assert links.health(key).state is State.DONE
+        assert on_r1 == [False]  # done: neither is nor replaces an error
+        # A check asked for is told at once, before any await.
+        scenario.daemon.reconciler.verify([key])
+        assert on_r1 == [False, False] and links.health(key).state is State.PENDING
+        await scenario.cmd_settle()
+        assert on_other == []
     finally:
+        for stop in stops:
+            stop()
         pause.go.set()
         await scenario.daemon.stop()
 
 
-async def test_a_derivation_step_wakes_those_waiting_for_pending_changes() -> None:
+async def test_a_derivation_is_told_to_the_watchers_of_the_pods_it_derived() -> None:
     # A CNI ADD whose pod has a topology change not yet derived looks again as
-    # soon as the derive loop applied it, instead of waiting out its poll.
-    scenario = Scenario("step wake")
+    # soon as the derive loop applied it; a change to another pod owes it nothing.
+    scenario = Scenario("derivation told")
     scenario.cmd_pod("r1", "r2")
     scenario.cmd_synced()
-    desired = scenario.daemon.desired
+    desired, links = scenario.daemon.desired, scenario.daemon.links
+    told: list[bool] = []
+    stop = links.watch_health(lambda pods, errors: told.append(errors), "default/r3")
     try:
         # A change the derive loop has not taken yet.
         scenario.daemon.topologies.upsert(Topology("default", "r3"))
-        assert desired.pending()
-        woken = desired.stepped()
-        cancelled = desired.stepped()
-        for _ in range(10):
-            await asyncio.sleep(0)
-        assert not woken.done()
-        cancelled.cancel()
-        await asyncio.gather(cancelled, return_exceptions=True)
+        assert desired.owes("default/r3") and not desired.owes("default/r1")
+        assert told == []
 
         desired.step()
-        await asyncio.wait_for(woken, 30)
-        assert not desired.pending()
-        assert cancelled.cancelled()
-        # A step that runs before the waiter is first awaited still wakes it.
-        scenario.daemon.topologies.upsert(Topology("default", "r4"))
-        early = desired.stepped()
-        desired.step()
-        assert early.done()
+        assert told == [True]
+        assert not desired.owes("default/r3")
     finally:
-        await scenario.daemon.stop()
-
-
-async def test_a_status_set_before_the_waiter_is_awaited_still_wakes_it() -> None:
-    # The CNI ADD asks for the wake-up, then waits in a task of its own: a pass
-    # that completes in between (its callback runs first) must not be missed,
-    # or the ADD sleeps out its poll (up to 50 ms) with its links already up.
-    scenario = placed_pair("early wake")
-    reconciler = scenario.daemon.reconciler
-    try:
-        scenario.cmd_synced()
-        await scenario.cmd_settle()
-        [key] = scenario.daemon.links.keys()
-        woken = reconciler.status_change([key])
-        left = reconciler.status_change([key])
-        reconciler.verify([key])  # sets the row pending at once
-        assert woken.done() and left.done()
-        cancelled = reconciler.status_change([key, "default/elsewhere"])
-        cancelled.cancel()
-        await asyncio.sleep(0)
-        await scenario.cmd_settle()
-        assert reconciler.links.status(key).state is State.DONE
-        assert not reconciler._status_waiters  # resolved or cancelled, none is kept
-    finally:
+        stop()
         await scenario.daemon.stop()

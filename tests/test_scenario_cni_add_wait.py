@@ -1,10 +1,11 @@
-"""A CNI ADD waiting for its pod's links reads the daemon's tables, never the API, per poll.
+"""A CNI ADD waiting for its pod's links reads the daemon's tables, never the API.
 
 In meshnet the ADD polled the API (a Get of the peer's Topology every 100 ms per
 link), a request storm when many pods start at once (KNE #743). meshwire's ADD
-writes the pod's placement once and then polls its own tables. Here an ADD
-waits while its link's first build is held in the driver: dozens of polls go by
-and the embedded API receives no request at all meanwhile.
+writes the pod's placement once and then waits on its links table, which tells
+it of every health write touching the pod: it does not poll. Here an ADD waits
+while its link's first build is held in the driver: it looks at its links only
+when told, and the embedded API receives no request at all meanwhile.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Set
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +29,12 @@ from meshwire.control.api.server import ApiServer
 pytestmark = pytest.mark.root
 
 HOLD_LIMIT = 60.0
-# Polls of the waiting ADD before the window opens (its status write is long done
-# by then: writes go out within 1/status_rate s), and polls the window spans.
-SETTLE_POLLS = 10
-WINDOW_POLLS = 30
+# How long the waiting ADD is watched, its placement already in the API: the old
+# poll looked 10 to 50 times in it.
+WINDOW = 0.5
 
 
-async def test_an_add_waiting_for_its_links_makes_no_api_request_while_it_polls(
+async def test_an_add_waiting_for_its_links_looks_only_when_told_and_asks_the_api_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(reconciler_helpers, "PAUSE_LIMIT", HOLD_LIMIT)
@@ -53,33 +54,40 @@ async def test_an_add_waiting_for_its_links_makes_no_api_request_while_it_polls(
         r1, r2 = node.pod_netns("r1"), node.pod_netns("r2")
         assert (await node.cni("ADD", "r2", "c2", r2)).exit == 0  # r1 not running: no wait
 
-        polls = 0
-        pending = node.daemon.desired.pending
+        looks = told = 0
+        owes = node.daemon.desired.owes
 
-        def counted_pending() -> bool:  # asked once by every poll of a waiting ADD
-            nonlocal polls
-            polls += 1
-            return pending()
+        def counted_owes(pod: str) -> bool:  # asked once by every look of a waiting ADD
+            nonlocal looks
+            looks += 1
+            return owes(pod)
 
-        node.daemon.desired.pending = counted_pending  # type: ignore[method-assign]
+        def tell(pods: Set[str], errors: bool) -> None:
+            nonlocal told
+            told += 1
+
+        node.daemon.desired.owes = counted_owes  # type: ignore[method-assign]
+        stop = node.daemon.links.watch_health(tell, "default/r1")
         pause = Pause()
         driver = node.daemon.reconciler.driver
         driver.update = pause.around(driver.update)  # type: ignore[method-assign]
         try:
             add = asyncio.create_task(node.cni("ADD", "r1", "c1", r1))
             await pause.wait_reached()  # link 1's build is held: r1's ADD waits for it
-            await node.wait(lambda: polls >= SETTLE_POLLS, f"{SETTLE_POLLS} polls of the ADD")
-            before = list(requests)
-            await node.wait(lambda: polls >= SETTLE_POLLS + WINDOW_POLLS, "more polls")
-            during = requests[len(before) :]
+            await node.wait_status(url, "r1", lambda s: s.get("net_ns") == r1, "r1's placement")
+            looks_before, told_before, requests_before = looks, told, len(requests)
+            await asyncio.sleep(WINDOW)
+            during = requests[requests_before:]
+            assert looks - looks_before <= told - told_before
             assert not add.done()
 
             pause.go.set()
             assert (await add).exit == 0
             await node.wait(lambda: both_up(r1, r2), "link 1 up")
-            assert during == [], f"API requests while the ADD polled: {during}"
+            assert during == [], f"API requests while the ADD waited: {during}"
         finally:
             pause.go.set()
+            stop()
 
 
 async def test_an_add_logs_where_its_time_went(

@@ -35,7 +35,7 @@ from scenario_helpers import (
 from meshwire.control.common.config import Config, load_config
 from meshwire.control.daemon.app import Daemon
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
-from meshwire.control.tables.links import State
+from meshwire.control.tables.health import State
 
 pytestmark = pytest.mark.root
 
@@ -307,7 +307,7 @@ async def test_while_the_metrics_port_is_taken_a_grpc_link_is_built_and_waits_fo
         assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
         # The TAP is made and attached: its driver does not wait for the wire.
         assert "eth1" in read_interfaces(r1)
-        link = node.daemon.links.status("default/1/r1")
+        link = node.daemon.links.health("default/1/r1")
         assert link.state is not State.ERROR, link.message
         assert node.daemon.wire is not None and not node.daemon.wire.started
         waiting = "waiting for metrics.listen"

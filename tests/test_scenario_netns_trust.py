@@ -42,6 +42,12 @@ def carries(netns: str, intf: str) -> bool:
     return found is not None and found.up
 
 
+def detached(netns: str, intf: str) -> bool:
+    """Whether `intf` is in `netns` without carrier."""
+    found = read_interfaces(netns).get(intf)
+    return found is not None and not found.up
+
+
 def refused(node: DaemonNode, action: str) -> float:
     value = node.daemon.metrics.registry.get_sample_value(
         "meshwire_netns_refused_total", {"action": action}
@@ -114,3 +120,33 @@ async def test_a_forged_status_builds_nothing_and_the_pods_other_links_stay(
         await node.wait(lambda: refused(node, "build") > before, "the rows checked again")
         for victim in victims.values():
             assert read_interfaces(victim) == {}, victim
+
+
+async def test_a_forged_peer_leaves_the_handed_pods_end_in_place_without_carrier(
+    tmp_path: Path,
+) -> None:
+    # r1 (ADDed) links to p1, which runs nowhere: r1's eth2 is there, without carrier.
+    # Then p1's status is forged onto this node: the link would be a veth into a
+    # namespace no ADD handed, which is refused. r1's end is its own: it stays, as
+    # it is, without carrier, as for any far end that does not exist.
+    async with daemon_node(tmp_path) as node, api_serving(node) as url:
+        api = sync_api(url)
+        await call(create, api, topology("r1", "p1"))
+        await call(create, api, attacker("p1", [link(1, "r1", "eth1", "eth1")]))
+        r1 = node.pod_netns("r1")
+        assert (await node.cni("ADD", "r1", "c1", r1)).exit == 0
+        await node.wait(lambda: detached(r1, "eth1"), "r1's eth1 without carrier")
+        before = read_interfaces(r1)["eth1"]
+
+        await call(
+            api.patch_namespaced_custom_object_status,
+            *TOPOLOGIES,
+            "default",
+            PLURAL,
+            "p1",
+            {"status": {"src_ip": "127.0.0.1", "net_ns": node.pod_netns("victim")}},
+        )
+        await node.wait(lambda: refused(node, "build") >= 1, "the forged build refused")
+        queue = node.daemon.queue
+        await node.wait(lambda: queue.depth == queue.in_flight == 0, "the detached row's removal")
+        assert read_interfaces(r1).get("eth1") == before

@@ -15,7 +15,7 @@ from dataplane_helpers import make_pod, netns_prefix, sh
 from wire_helpers import DATA_PORT, PerfectPool, grpc_row
 
 from meshwire.control.common.queue import WorkQueue
-from meshwire.control.tables.links import End
+from meshwire.control.tables.links import End, new_links_table
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.state import Wire, offer
 from meshwire.control.wire.types import TapRef
@@ -39,7 +39,7 @@ def carrier(netns: str) -> bool:
 def test_carrier_follows_the_far_end(prefix: str) -> None:
     pod = make_pod(prefix, "a", "10.0.0.1/24")
     pool = PerfectPool()
-    manager = WireManager("169.254.0.11", True, pool, WorkQueue())
+    manager = WireManager("169.254.0.11", True, pool, WorkQueue(), new_links_table())
     pool.desired = manager.desired
     row = grpc_row(1, "r1", "r2", FAR, netns=pod.path)
     far = grpc_row(1, "r2", "r1", "169.254.0.11")
@@ -75,7 +75,9 @@ def test_a_tap_new_to_the_manager_is_announced_once_its_carrier_is_on(prefix: st
     pod = make_pod(prefix, "a", "10.0.0.1/24")
     pool = PerfectPool()
     announced: list[End] = []
-    manager = WireManager("169.254.0.11", True, pool, WorkQueue(), announced.append)
+    manager = WireManager(
+        "169.254.0.11", True, pool, WorkQueue(), new_links_table(), announced.append
+    )
     pool.desired = manager.desired
     row = grpc_row(1, "r1", "r2", FAR, netns=pod.path)
     far = grpc_row(1, "r2", "r1", "169.254.0.11")
@@ -111,6 +113,7 @@ def test_the_pod_end_is_told_the_wires_carrier_on_every_change_and_every_attach(
         True,
         pool,
         WorkQueue(),
+        new_links_table(),
         pod_carrier=lambda row, on: told.append((row.key, on)),
     )
     pool.desired = manager.desired

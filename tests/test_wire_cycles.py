@@ -27,6 +27,7 @@ from dataplane_helpers import close_pods, make_node, make_pod, netns_prefix, sh,
 from wire_helpers import Network, grpc_row
 
 from meshwire.control.common.queue import WorkQueue
+from meshwire.control.tables.links import new_links_table
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
@@ -53,7 +54,7 @@ class Node:
         self.ip = ip
         settings = PoolSettings(1, ip, port_base, report_interval=0.05, netns=netns)
         self.pool = WorkerPool(settings, lambda wire_id: self.manager.desired(wire_id))
-        self.manager = WireManager(ip, True, self.pool, WorkQueue())
+        self.manager = WireManager(ip, True, self.pool, WorkQueue(), new_links_table())
         self.handshaker = Handshaker(self.manager, network, ip)
 
     @property

@@ -64,15 +64,14 @@ async def test_a_wire_whose_peer_is_not_up_yet_holds_no_stream_until_it_is() -> 
 
         assert not a.manager.ready(row_a.key)
         assert a.pool.streams() == {}
-        assert a.manager.problems({row_a.key}) == [
-            f"link {NS}/1: peer node {b.ip}: CreateWires to {b.ip}:51111: UNAVAILABLE: "
-            "connection refused"
-        ]
+        assert a.links.health(row_a.key).handshake == (
+            f"peer node {b.ip}: CreateWires to {b.ip}:51111: UNAVAILABLE: connection refused"
+        )
 
         network.down.clear()
         await a.handshake(b)  # b is up, but r2 is not realised there yet
         assert not a.manager.ready(row_a.key)
-        assert a.manager.problems({row_a.key}) == []  # pending is not a problem
+        assert a.links.health(row_a.key).handshake == ""  # pending is not a problem
 
         b.attach(grpc_row(1, "r2", "r1", a.ip))
         await b.handshake(a)  # b calls back once its end exists
@@ -187,9 +186,8 @@ async def test_an_unreachable_node_delays_only_its_own_wires() -> None:
 
         assert a.manager.ready(to_c.key) and not a.manager.ready(to_b.key)
         assert a.manager.needs_handshake(b.ip) and not a.manager.needs_handshake(c.ip)
-        assert a.manager.problems({to_b.key, to_c.key})[0].startswith(
-            f"link {NS}/1: peer node {b.ip}"
-        )
+        assert a.links.health(to_b.key).handshake.startswith(f"peer node {b.ip}")
+        assert a.links.health(to_c.key).handshake == ""
 
 
 async def test_handshakes_towards_one_node_are_batched() -> None:
@@ -216,5 +214,5 @@ async def test_nodes_whose_offloads_differ_report_it_and_never_join() -> None:
         await a.handshake(b)
 
         assert not a.manager.ready(row_a.key)
-        (problem,) = a.manager.problems({row_a.key})
+        problem = a.links.health(row_a.key).handshake
         assert "dataplane.offloads is on on node 169.254.0.11 and off here" in problem

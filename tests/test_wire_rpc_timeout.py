@@ -39,8 +39,7 @@ def test_a_peer_that_accepts_and_never_answers_fails_its_handshake_on_the_deadli
     assert seen.accepted >= 1, "the hung node was never called"
     # The failure is the deadline's, not a refused or reset connection.
     assert seen.hung_problem.startswith(
-        f"link lab/1: peer node {HUNG_NODE}: CreateWires to {HUNG_NODE}:{PEER_PORT}: "
-        "DEADLINE_EXCEEDED"
+        f"peer node {HUNG_NODE}: CreateWires to {HUNG_NODE}:{PEER_PORT}: DEADLINE_EXCEEDED"
     ), seen.hung_problem
     # The other node's wire did not wait for it, and is not disturbed by its failure.
     assert seen.good_ready_while_hung_call_out, f"the wire to {GOOD_NODE} waited for the hung call"

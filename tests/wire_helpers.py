@@ -21,7 +21,7 @@ from slot_helpers import slot
 
 from meshwire.control.common.ids import wire_id
 from meshwire.control.common.queue import WorkQueue
-from meshwire.control.tables.links import End, LinkKind, LinkRow
+from meshwire.control.tables.links import End, LinkKind, LinkRow, new_links_table
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import Desired, WireManager
 from meshwire.control.wire.types import PeerError, TapRef
@@ -93,7 +93,9 @@ class WireNode:
         self.name = name
         self.ip = ip
         self.pool = PerfectPool()
-        self.manager = WireManager(ip, offloads, self.pool, WorkQueue())
+        # The node's links table: its rows' handshake problems are written here.
+        self.links = new_links_table()
+        self.manager = WireManager(ip, offloads, self.pool, WorkQueue(), self.links)
         self.pool.desired = self.manager.desired
         self.handshaker = Handshaker(self.manager, network, name)
         self._fds: list[int] = []
@@ -107,7 +109,10 @@ class WireNode:
         return TapRef((hash(pod) & 0xFFFF, generation), 10 + generation), read
 
     def attach(self, row: LinkRow, generation: int = 0) -> int:
-        """The driver realised `row`'s TAP (generation: which TAP); returns the fd handed over."""
+        """The driver realised `row`'s TAP (generation: which TAP), a row of the node's links
+        table; returns the fd handed over."""
+        if self.links.get(row.key) != row:
+            self.links.upsert(row.key, row)
         tap, fd = self.tap(row.local.pod, generation)
         self.manager.attach(row, tap, fd)
         return fd

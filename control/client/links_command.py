@@ -26,7 +26,7 @@ from typing import Any
 from meshwire.control.auth import token as tokens
 from meshwire.control.client.text_table import table
 from meshwire.control.common.config import ConfigError, MetricsConfig, load_config
-from meshwire.control.tables.links import State
+from meshwire.control.tables.health import State
 from meshwire.dataplane import hostport
 
 TIMEOUT = 10.0

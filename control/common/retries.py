@@ -5,7 +5,7 @@ A `BackoffPolicy` says how delays grow: `initial * 2**n` for the n-th retry,
 capped at `maximum`, and back to `initial` after a healthy stretch of
 `reset_after` seconds. `ExponentialBackoff` applies it per key (the work
 queue's rows, the status writer's pods); `Backoff` applies it to one sequence
-(the informer's reconnects, a worker's restarts, a CNI ADD's polls).
+(the informer's reconnects, a worker's restarts, the id slot keeper's retries).
 
 All are pure: they hold counters, never sleep, and read time only from an
 injected clock, so they are tested without wall time.

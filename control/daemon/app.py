@@ -1,9 +1,10 @@
 """The node daemon's control process: wires informer, tables, reconcilers and endpoints.
 
     informer ─▶ topologies ─▶ desired links ─▶ links table ─▶ link reconciler ─▶ drivers
-        ▲            └▶ slot keeper ─▶┘ (id slots)
-        │                          │ problems    row statuses  │
-        └── status writer ◀── plumbing_error ◀────────────────┘
+        ▲            └▶ slot keeper ─▶┘ (id slots)    ▲ health   │ verdicts  (grpc rows)
+        │                                            ├──────────┘   wire manager
+        │                                            └─ handshake problems ─┘
+        └── status writer ◀── plumbing_error ◀── links table's health watchers
                           ◀── link_rebuilds ◀── desired links (a change of emulation)
     slot keeper ◀─▶ IdAllocation object in the API (claims and frees namespace slots)
     CNI endpoint ─▶ topologies (placement) ; /healthz /readyz /metrics
@@ -71,7 +72,7 @@ from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import prune
 from meshwire.control.reconcile.reconciler import NODE_NETNS, LinkReconciler
 from meshwire.control.reconcile.status_writer import KubeStatusApi, StatusWriter
-from meshwire.control.tables.links import LinkKind, new_links_table, pods_of
+from meshwire.control.tables.links import LinkKind, LinksTable, new_links_table
 from meshwire.control.tables.topologies import TopologyTable
 from meshwire.control.wire.metrics import WireCollector
 from meshwire.control.wire.stack import WireStack
@@ -117,7 +118,7 @@ class Daemon:
         self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots)
         # Every node runs the wire stack: besides a grpc node's cross-node links, every
         # link under emulation (impairments or a cable state) is a grpc row.
-        self.wire = _wire_stack(config)
+        self.wire = _wire_stack(config, self.links)
         self.reaper = Reaper()
         drivers = kernel_drivers(vxlan_port=config.vxlan.port, reaper=self.reaper)
         drivers[LinkKind.GRPC] = self.wire.driver
@@ -223,19 +224,15 @@ class Daemon:
             self.config.node_ip,
             self.topologies,
             self.links,
-            self.desired,
+            self.desired.rebuilds,
             self.status.set,
-            self._wire_problems,
         )
-        # A handshake that fails or recovers after its row is done changes the pod's
-        # plumbing_error with no status write on the row: the manager says so.
-        self.wire.manager.on_problem = lambda row: self.plumbing.mark(pods_of(row))
         self._write_denied = lambda: status.denied
         self.slots.view_healthy = lambda: not informer.stats.last_error
         self.metrics.attach(
             StateView(
                 queue_depth=lambda: self.queue.depth,
-                links=self.links.with_status,
+                links=self.links.with_health,
                 topologies=lambda: len(self.topologies),
                 informer_counts=lambda: informer_counts(informer.stats),
                 synced=lambda: self.topologies.initialized,
@@ -258,7 +255,6 @@ class Daemon:
             self.config.cni.add_timeout,
             self.not_ready,
             placements,
-            self._wire_problems,
         )
         return _Parts(
             informer,
@@ -340,7 +336,7 @@ class Daemon:
 
     async def _link_report(self, state: str, counters: bool) -> list[dict[str, Any]]:
         """`/links`: the rows are taken here, on the loop; counters from the cache."""
-        rows = self.links.with_status()
+        rows = self.links.with_health()
         read = await self._counters.read([r for r, _ in rows]) if counters else None
         return link_report(rows, state, read)
 
@@ -356,7 +352,7 @@ class Daemon:
         await self.slots.synced.wait()
         placements.start()
         with heap.bulk():
-            self.plumbing.mark(self.desired.step())
+            self.desired.step()
         self.links.mark_initialized()
         log.info(
             "topologies synced: %d objects, %d links for this node",
@@ -365,7 +361,7 @@ class Daemon:
         )
         while True:
             await self.desired.wait()
-            self.plumbing.mark(self.desired.step())
+            self.desired.step()
 
     async def _full_pass_loop(self) -> None:
         """Prune once the initial reconcile is done, then re-verify everything periodically."""
@@ -403,11 +399,8 @@ class Daemon:
             "deriving": self.desired.pending(),
         }
 
-    def _wire_problems(self, keys: set[str]) -> list[str]:
-        return self.wire.manager.problems(keys)
-
     def _slots_changed(self, namespaces: set[str]) -> None:
-        self.plumbing.mark(self.desired.rederive_namespaces(namespaces))
+        self.desired.rederive_namespaces(namespaces)
 
 
 def _metrics_token(config: Config) -> str:
@@ -421,13 +414,13 @@ def _metrics_token(config: Config) -> str:
         raise ConfigError(f"metrics.token_file {path}: {exc}") from None
 
 
-def _wire_stack(config: Config) -> WireStack:
+def _wire_stack(config: Config, links: LinksTable) -> WireStack:
     """The wire stack. On a vxlan node whose cluster credentials cannot be read, a
     local-only one: same-node links under emulation work, cross-node ones fail naming
     the config key (a grpc node without them does not start, naming the config key)."""
     if config.inter_node_link_type == "grpc":
-        return WireStack(config)
-    stack = WireStack(config, local_only=True)
+        return WireStack(config, links)
+    stack = WireStack(config, links, local_only=True)
     if stack.local:
         log.warning(
             "the wire stack runs local only on this vxlan node: %s; links under emulation "

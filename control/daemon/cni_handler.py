@@ -5,7 +5,9 @@ Topology status, written to the table at once and to the API coalesced),
 has the pod's links checked against the kernel again, then waits, bounded by
 `cni.add_timeout`, until every link of the pod whose peer is running is
 realised. Links to peers that are not running yet do not hold the
-ADD: they are built when the peer comes up.
+ADD: they are built when the peer comes up. It looks again exactly when the
+links table tells it of a health write touching the pod (tables/health.py):
+a row's verdict, a derivation of the pod.
 
 DEL clears the pod's placement so its links are torn down here and on its
 peers' nodes; a DEL for a container id the pod no longer has (a late DEL of a
@@ -34,31 +36,24 @@ sandbox only once the DEL of the old one succeeded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from meshwire.control.cni.protocol import CniError, CniRequest, ErrorCode
-from meshwire.control.common.retries import Backoff, BackoffPolicy
-from meshwire.control.common.waits import first
 from meshwire.control.daemon.placements import PlacementKeeper, write_placement
+from meshwire.control.daemon.plumbing_error import pod_errors
 from meshwire.control.model.topology import Topology
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.reconciler import LinkReconciler
-from meshwire.control.tables.links import POD_INDEX, LinksTable, State
+from meshwire.control.tables.links import POD_INDEX
 from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
 
-# ADD polls its pod's links with a backoff from 10 ms to 50 ms, and looks again
-# at once when one of them changes status: fast when the links come up at
-# once, and a poll (a lookup per link of the pod) is cheap enough that a slow
-# netlink burst does not call for more. A higher cap shows up directly in the
-# pod's start time: at 200 ms, links realised after 160 ms were only seen at
-# 310 ms.
-POLL = BackoffPolicy(initial=0.01, maximum=0.05)
 # The line each ADD logs at info, in milliseconds from the request's arrival:
 # until the first pass over one of the pod's links began (queue), the passes
 # themselves (netlink: first start to last end; the driver's calls), until the
@@ -82,19 +77,6 @@ class StatusSink(Protocol):
     async def written(self, key: str) -> None: ...
 
 
-def pod_errors(
-    pod_key: str,
-    desired: DesiredLinks,
-    links: LinksTable,
-    keys: set[str],
-    extra: Callable[[set[str]], list[str]],
-) -> list[str]:
-    """Every error of a pod's links, in one order: derivation's problems, then the
-    errors in the statuses of its rows `keys`, then `extra(keys)` (the wires' failed
-    handshakes). CNI ADD/CHECK and the pod's `plumbing_error` both say this list."""
-    return [*desired.problems.get(pod_key, ()), *links.errors(keys), *extra(keys)]
-
-
 class DaemonCniHandler:
     def __init__(
         self,
@@ -106,19 +88,16 @@ class DaemonCniHandler:
         add_timeout: float,
         not_ready: Callable[[], str],
         placements: PlacementKeeper,
-        extra_errors: Callable[[set[str]], list[str]] = lambda keys: [],
     ) -> None:
         self.node_ip = node_ip
         self.topologies = topologies
         self.desired = desired
         self.reconciler = reconciler
+        self.links = reconciler.links
         self._status = status
         self.add_timeout = add_timeout
         self._not_ready = not_ready
         self.placements = placements
-        # Errors of a pod's rows kept outside the reconciler (a wire's failed
-        # handshake): the same list `plumbing_error` carries (Daemon.pod_errors).
-        self._extra_errors = extra_errors
 
     async def add(self, request: CniRequest) -> None:
         received = time.monotonic()
@@ -134,7 +113,7 @@ class DaemonCniHandler:
         write_placement(self.topologies, self._status.set, topology.key, placement)
         # A new sandbox: its links are checked against the kernel even when they
         # derive as before (a netns at the same path, a DEL that never came).
-        self.reconciler.verify(self.reconciler.links.lookup(POD_INDEX, topology.key))
+        self.reconciler.verify(self.links.lookup(POD_INDEX, topology.key))
         await self._wait_links(topology.key, deadline)
         links_up = time.monotonic()
         await self._wait_written(topology.key, deadline, lambda: recorded)
@@ -189,7 +168,7 @@ class DaemonCniHandler:
     def _log_timings(self, pod_key: str, received: float, links_up: float, answered: float) -> None:
         """One line splitting an ADD's time in the daemon (`ADD_TIMINGS`), for the
         restart benchmark and for anyone asking where a pod's start went."""
-        keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
+        keys = self.links.lookup(POD_INDEX, pod_key)
         span = self.reconciler.pass_span(keys, received)
         first, last = span if span is not None else (links_up, links_up)
         log.info(
@@ -241,33 +220,19 @@ class DaemonCniHandler:
         )
         return True
 
-    async def _changed(self, pod_key: str, keys: set[str], within: float) -> None:
-        """Until a status of `keys` is set again, derivation ran (if changes are
-        pending, or the pod waits for its namespace's slot), or `within` s passed."""
-        if self.desired.owes(pod_key):
-            await first(self.reconciler.status_change(keys), self.desired.stepped(), within=within)
-        else:
-            await first(self.reconciler.status_change(keys), within=within)
-
     def _progress(self, pod_key: str) -> tuple[bool, list[str]]:
         """(still converging, error messages) of the pod's links.
 
-        Converging: derivation has changes to apply, a link is due but its
-        namespace has no id slot yet, or a row is pending or failing with an error
-        a retry may fix. Problems found by derivation (invalid links) and permanent
-        errors are final until the topology changes.
+        Converging: derivation has changes for the pod to apply, a link is due but
+        its namespace has no id slot yet, or a row is pending or failing with an
+        error a retry may fix. Problems found by derivation (invalid links) and
+        permanent errors are final until the topology changes.
         """
-        converging = self.desired.owes(pod_key)
-        keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
-        for key in keys:
-            status = self.reconciler.links.status(key)
-            if status.state is State.PENDING or (
-                status.state is State.ERROR and not status.permanent
-            ):
-                converging = True
-        return converging, pod_errors(
-            pod_key, self.desired, self.reconciler.links, keys, self._extra_errors
+        keys = self.links.lookup(POD_INDEX, pod_key)
+        converging = self.desired.owes(pod_key) or any(
+            self.links.health(key).converging for key in keys
         )
+        return converging, pod_errors(self.links, pod_key)
 
     async def _wait_written(
         self, pod_key: str, deadline: float, recorded: Callable[[], bool]
@@ -289,27 +254,36 @@ class DaemonCniHandler:
             )
 
     async def _wait_links(self, pod_key: str, deadline: float) -> None:
+        """Until the pod's links converged (see `_progress`), looking again at each health
+        write that touches the pod; past the deadline, a CniError asking for a retry."""
         loop = asyncio.get_running_loop()
-        polls = Backoff(POLL, loop.time)
-        while True:
-            converging, errors = self._progress(pod_key)
-            if not converging:
-                if errors:
-                    log.warning("pod %s added; links that cannot be built: %s", pod_key, errors)
-                return
-            if loop.time() >= deadline:
-                if pod_key in self.desired.waiting_for_slot:
-                    namespace = pod_key.partition("/")[0]
-                    errors = [*errors, f"links across nodes wait for namespace {namespace}'s ids"]
-                raise CniError(
-                    ErrorCode.TRY_AGAIN_LATER,
-                    f"pod {pod_key}: links not realised within {self.add_timeout:g}s"
-                    + (f": {'; '.join(errors)}" if errors else ""),
-                )
-            # Woken early when one of the pod's links changes status, or when
-            # derivation applied what was pending: the links are usually realised
-            # within one poll, and waiting the poll out would be most of a
-            # restart's time. Rows derivation adds meanwhile are seen at the next
-            # wake-up.
-            keys = self.reconciler.links.lookup(POD_INDEX, pod_key)
-            await self._changed(pod_key, keys, polls.next_delay())
+        touched = asyncio.Event()
+
+        def told(pods: Iterable[str], errors: bool) -> None:
+            touched.set()
+
+        stop = self.links.watch_health(told, pod_key)
+        try:
+            while True:
+                touched.clear()
+                converging, errors = self._progress(pod_key)
+                if not converging:
+                    if errors:
+                        log.warning("pod %s added; links that cannot be built: %s", pod_key, errors)
+                    return
+                if loop.time() >= deadline:
+                    raise self._not_realised(pod_key, errors)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(touched.wait(), deadline - loop.time())
+        finally:
+            stop()
+
+    def _not_realised(self, pod_key: str, errors: list[str]) -> CniError:
+        if self.links.findings(pod_key).waiting_for_slot:
+            namespace = pod_key.partition("/")[0]
+            errors = [*errors, f"links across nodes wait for namespace {namespace}'s ids"]
+        return CniError(
+            ErrorCode.TRY_AGAIN_LATER,
+            f"pod {pod_key}: links not realised within {self.add_timeout:g}s"
+            + (f": {'; '.join(errors)}" if errors else ""),
+        )

@@ -17,22 +17,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from meshwire.control.tables.links import LinkRow, LinkStatus, State
+from meshwire.control.tables.health import Health, State
+from meshwire.control.tables.links import LinkRow
 
 
 def link_report(
-    rows: Iterable[tuple[LinkRow, LinkStatus]],
+    rows: Iterable[tuple[LinkRow, Health]],
     state: str = "",
     counters: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The entries for `rows` (each with its status, `LinksTable.with_status`); only
+    """The entries for `rows` (each with its health, `LinksTable.with_health`); only
     those in `state` (a `State` value) unless "";
     `counters` maps (netns, intf) to an end's counters."""
     if state and state not in set(State):
         raise ValueError(f"state {state!r} is not one of {', '.join(State)}")
     out = []
-    for row, status in sorted(rows, key=lambda r: r[0].key):
-        if state and status.state != state:
+    for row, health in sorted(rows, key=lambda r: r[0].key):
+        if state and health.state != state:
             continue
         entry: dict[str, Any] = {
             "link": f"{row.namespace}/{row.uid}",
@@ -57,10 +58,10 @@ def link_report(
             # A link under emulation is carried by the workers (a grpc end, rebuilt
             # once from the kernel's veth or vxlan when its emulation began).
             "emulated": row.emulated,
-            "state": status.state.value,
-            "error": status.message,
-            "attempts": status.attempts,
-            "permanent": status.permanent,
+            "state": health.state.value,
+            "error": health.message,
+            "attempts": health.attempts,
+            "permanent": health.permanent,
         }
         if counters is not None:
             for side, end in zip(("local", "peer"), row.ends(), strict=False):

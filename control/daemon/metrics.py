@@ -18,7 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from meshwire.control.informer.stats import InformerStats
-from meshwire.control.tables.links import LinkRow, LinkStatus
+from meshwire.control.tables.health import Health
+from meshwire.control.tables.links import LinkRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +27,8 @@ class StateView:
     """Callables the collector reads at scrape time."""
 
     queue_depth: Callable[[], int]
-    # Every link row with its reconcile status.
-    links: Callable[[], list[tuple[LinkRow, LinkStatus]]]
+    # Every link row with its health.
+    links: Callable[[], list[tuple[LinkRow, Health]]]
     topologies: Callable[[], int]
     informer_counts: Callable[[], dict[str, int]]
     synced: Callable[[], bool]

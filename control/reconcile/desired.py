@@ -9,20 +9,22 @@ A change of namespaces' id slots re-derives the local pods of those
 namespaces (`rederive_namespaces`).
 
 Rows are written only when they differ, so the link reconciler sees a change
-exactly when a link's desired state changed. Each derivation's rows, before and
-after, go to `rebuilds` (rebuilds.py), which notes the links a change of
-emulation moves between the kernel's path and the workers.
+exactly when a link's desired state changed. What derivation found about the
+links that get no row (invalid, or waiting for their namespace's id slot) is
+written to the links table as each re-derived pod's `Findings`, which tells the
+table's health watchers that the pod was derived (tables/health.py). Each
+derivation's rows, before and after, go to `rebuilds` (rebuilds.py), which notes
+the links a change of emulation moves between the kernel's path and the workers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods
 from meshwire.control.reconcile.rebuilds import Rebuilds
-from meshwire.control.tables.links import POD_INDEX, LinkRow, pods_of
-from meshwire.control.tables.table import Table
+from meshwire.control.tables.health import Findings
+from meshwire.control.tables.links import POD_INDEX, LinksTable, pods_of
 from meshwire.control.tables.topologies import TopologyTable
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ class DesiredLinks:
     def __init__(
         self,
         topologies: TopologyTable,
-        links: Table[LinkRow],
+        links: LinksTable,
         node: NodeView,
         slots: SlotSource,
         rebuilds: Rebuilds | None = None,
@@ -41,40 +43,25 @@ class DesiredLinks:
         self.links = links
         self.node = node
         self.slots = slots
-        # Pod key -> the problems of its links that derivation found (invalid
-        # links, ends that disagree). Only pods with problems are present.
-        self.problems: dict[str, list[str]] = {}
-        # Pod keys with a link that is due but waits for its namespace's id slot.
-        self.waiting_for_slot: set[str] = set()
         self.rebuilds = rebuilds if rebuilds is not None else Rebuilds()
         self._tracker = topologies.track()
-        # Callers of `stepped()` waiting for the next step, resolved by it.
-        self._steppers: list[asyncio.Future[None]] = []
 
     def pending(self) -> bool:
         return self.topologies.revision > self._tracker.revision
 
     def owes(self, pod: str) -> bool:
-        """Whether derivation may still change the pod's rows: changes are pending, or a
-        link of the pod waits for its namespace's slot."""
-        return self.pending() or pod in self.waiting_for_slot
+        """Whether derivation may still change the pod's rows: a change to the pod's
+        Topology, or to one its links lead to, is not applied yet, or a link of the
+        pod waits for its namespace's slot. The pod's next derivation tells the links
+        table's health watchers of the pod."""
+        if self.links.findings(pod).waiting_for_slot:
+            return True
+        seen = self._tracker.revision
+        sources = {pod, *self.topologies.peers(pod)}
+        return any(self.topologies.changed_after(key, seen) for key in sources)
 
     async def wait(self) -> None:
         await self._tracker.wait()
-
-    def stepped(self) -> asyncio.Future[None]:
-        """A future resolved once derivation next ran (a `step`, or pods re-derived
-        because their slots changed): how a caller that saw `pending()`, or a pod
-        waiting for its slot, learns without polling that the changes were applied.
-        It counts from this call on; cancelling it leaves nothing."""
-        step: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._steppers.append(step)
-        step.add_done_callback(self._forget_stepper)
-        return step
-
-    def _forget_stepper(self, step: asyncio.Future[None]) -> None:
-        if step in self._steppers:
-            self._steppers.remove(step)
 
     def step(self) -> set[str]:
         """Apply every topology change since the last step; returns the pods re-derived."""
@@ -84,14 +71,7 @@ class DesiredLinks:
             affected |= self.topologies.dependents(key)
         if affected:
             self.rederive(affected)
-        self._wake_steppers()
         return affected
-
-    def _wake_steppers(self) -> None:
-        steppers, self._steppers = self._steppers, []
-        for step in steppers:
-            if not step.done():
-                step.set_result(None)
 
     def rederive_all(self) -> None:
         """Re-derive every pod this node has rows for or that claims this node."""
@@ -115,23 +95,14 @@ class DesiredLinks:
         }
         if pods:
             self.rederive(pods)
-        self._wake_steppers()
         return pods
 
     def rederive(self, pods: set[str]) -> None:
+        """Derive `pods` again: their rows written where they differ, then their findings."""
         derived = derive_pods(self.topologies, pods, self.node, self.slots)
         stale: set[str] = set()
         for pod in pods:
             stale |= self.links.lookup(POD_INDEX, pod)
-            problems = derived.problems.get(pod)
-            if problems:
-                self.problems[pod] = problems
-            else:
-                self.problems.pop(pod, None)
-            if pod in derived.waiting_for_slot:
-                self.waiting_for_slot.add(pod)
-            else:
-                self.waiting_for_slot.discard(pod)
         before = [row for key in stale if (row := self.links.get(key)) is not None]
         self.rebuilds.observe(pods, before, derived.rows.values())
         for key, row in derived.rows.items():
@@ -140,6 +111,12 @@ class DesiredLinks:
         for key in sorted(stale - derived.rows.keys()):
             log.debug("link %s no longer wanted", key)
             self.links.delete(key)
+        self.links.set_findings(
+            {
+                pod: Findings(tuple(derived.problems.get(pod, ())), pod in derived.waiting_for_slot)
+                for pod in pods
+            }
+        )
 
     def close(self) -> None:
         self._tracker.close()

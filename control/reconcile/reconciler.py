@@ -9,8 +9,11 @@ What a caller may rely on:
   row new to this process, or back from a delete, is taken at once even
   within the quiet: there is nothing to coalesce it with.
 - A row is realised by `driver.update(row)`, which reads the kernel back and
-  repairs whatever differs; a deleted row by `driver.delete(old_row)`, where
-  deleting what does not exist is success. When a row's ends move (new netns,
+  repairs whatever differs; a deleted row by `driver.delete(old_row, keep)`,
+  where deleting what does not exist is success and `keep` holds the pod ends
+  a current row of the same link wants (the link changed kind: a pod end is
+  never deleted for a row that takes it over, even one that cannot be built,
+  so it stays without carrier). When a row's ends move (new netns,
   new name) the old ends are cleared first (`driver.move`). What is cleared or
   deleted is what this process last handed to the driver, which is not always
   the row's last state: changes between two looks are coalesced, so a row can
@@ -18,10 +21,12 @@ What a caller may rely on:
   built.
 - A `LinkError` is retried with per-key backoff (100 ms doubling to 60 s); a
   `SpecError` is recorded and waits for a change or the next full pass. Every
-  failure is in the row's status; nothing is dropped.
-- Each row's status is written to the table (`LinksTable.set_status`), the one
-  place it is kept: pending when the reconciler takes a change to the row, done
-  or error after each pass.
+  failure is in the row's health; nothing is dropped.
+- Each pass's verdict is written to the row's health in the table
+  (`LinksTable.set_health`): done, or error with its message, attempts and
+  whether a retry may help; pending again when `verify` asks for a check. A
+  verdict on a row that changed during its pass is not written: the row is
+  pending (the table made it so) and its next pass is queued.
 - `initial_done` is set once the table was initialized and every row that
   existed at that moment has been attempted once (success or recorded error).
   Pruning waits for it (`prune.py`), so a transient failure at start can never
@@ -33,7 +38,7 @@ What a caller may rely on:
   namespaces run in parallel, `concurrency` at most in the driver. Keys waiting
   for a running key's namespaces, and touching no other, go to the pool with
   it, up to BATCH in one trip: each key's calls still stop at its own failure,
-  and its status, duration and retry are its own.
+  and its health, duration and retry are its own.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from meshwire.control.links.errors import SpecError
 from meshwire.control.links.netns import CURRENT
 from meshwire.control.links.podend import node_interfaces
 from meshwire.control.reconcile.lanes import Lanes
-from meshwire.control.tables.links import PENDING, LinkRow, LinksTable, LinkStatus, State
+from meshwire.control.tables.health import Health, State
+from meshwire.control.tables.links import LinkRow, LinksTable
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +67,7 @@ NODE_NETNS = CURRENT
 # Keys reconciled concurrently; each holds one pool thread while in the driver.
 DEFAULT_CONCURRENCY = 4
 # Keys of one lane taken into one trip to the pool: a trip costs two thread
-# wake-ups, as much as a veth row's own Python; a key's status waits for the rest
+# wake-ups, as much as a veth row's own Python; a key's verdict waits for the rest
 # of its batch, about a millisecond a row.
 BATCH = 16
 
@@ -73,7 +79,9 @@ class _Pass:
 
     key: str
     row: LinkRow | None
-    calls: list[tuple[Callable[..., None], tuple[LinkRow, ...]]] = field(default_factory=list)
+    # The table's revision of `row` (0 for none): a verdict is written only on it.
+    revision: int = 0
+    calls: list[tuple[Callable[..., None], tuple[object, ...]]] = field(default_factory=list)
     # The first call clears the ends of a row that moved (`driver.move`).
     moves: bool = False
     # Calls that returned, the exception of the one that raised; when the first
@@ -115,12 +123,9 @@ class LinkReconciler:
         # key -> (start, end) on time.monotonic() of the row's last update pass,
         # driver calls included, success or not (`pass_span`).
         self._passes: dict[str, tuple[float, float]] = {}
-        # key -> one future per `status_change()` caller waiting on that key,
-        # resolved (and the entry dropped) by the key's next status set.
-        self._status_waiters: dict[str, list[asyncio.Future[None]]] = {}
         # The rows of the table when it was initialized that have not been
         # attempted yet (still PENDING) and are still in it; None before then.
-        # Only shrinks: a key leaves it at its first status past PENDING or when
+        # Only shrinks: a key leaves it at its first verdict or when
         # its row is deleted (O(1) each, whatever the table's size).
         self._initial: set[str] | None = None
         self._closed = False
@@ -150,7 +155,7 @@ class LinkReconciler:
 
     async def _track_initial(self) -> None:
         await self.links.wait_initialized()
-        self._initial = {key for key in self.links if self.links.status(key).state is State.PENDING}
+        self._initial = {key for key in self.links if self.links.health(key).state is State.PENDING}
         self._check_initial()
 
     def _intake(self) -> None:
@@ -166,7 +171,6 @@ class LinkReconciler:
                 self.queue.add_after(change.key, self.queue.debounce)
             else:
                 back = self._deleted.pop(change.key, None) is not None
-                self._set_status(change.key, PENDING)
                 if back or change.key not in self._realised:
                     # A row new, or back from a delete (a pod's DEL then ADD):
                     # no earlier pass to coalesce with, whatever the quiet says.
@@ -179,9 +183,9 @@ class LinkReconciler:
     def verify(self, keys: Iterable[str]) -> None:
         """Check these rows against the kernel again; pending until that is done."""
         for key in sorted(keys):
-            row = self.links.get(key)
-            if row is not None:
-                self._set_status(key, PENDING)
+            entry = self.links.row(key)
+            if entry is not None:
+                self._set_health(key, entry.revision, self.links.health(key).pending())
                 self.queue.add(key)
 
     def verify_all(self) -> None:
@@ -232,14 +236,15 @@ class LinkReconciler:
         """The driver calls a pass over `key` makes; None once closed or held."""
         if self._closed or self._held:
             return None
-        row = self.links.get(key)
-        done = _Pass(key, row)
+        entry = self.links.row(key)
+        row = entry.obj if entry is not None else None
+        done = _Pass(key, row, entry.revision if entry is not None else 0)
         if row is None:
             # Popped only once the delete succeeded: a failed delete is retried.
             old = self._realised.get(key) or self._deleted.get(key)
             if old is not None:
                 log.debug("link %s: delete %s in %s", key, old.kind.value, old.local.netns)
-                done.calls.append((self.driver.delete, (old,)))
+                done.calls.append((self.driver.delete, (old, self._taken_over(old))))
             return done
         previous = self._realised.get(key)
         if previous is not None and _placement(previous) != _placement(row):
@@ -252,16 +257,30 @@ class LinkReconciler:
         done.calls.append((self.driver.update, (row,)))
         return done
 
+    def _taken_over(self, old: LinkRow) -> set[tuple[str, str]]:
+        """The pod ends (netns, interface) of the deleted row `old` that a current row of
+        its link wants (a row of another kind took the link over): its delete leaves
+        them, whether or not that row could be built yet."""
+        link = f"{old.namespace}/{old.uid}"
+        keys = {link, *(f"{link}/{end.pod}" for end in old.ends())}
+        wanted = {
+            (end.netns, end.intf)
+            for key in keys
+            if (row := self.links.get(key)) is not None
+            for end in row.ends()
+        }
+        return wanted & {(end.netns, end.intf) for end in old.ends()}
+
     def _drive(self, passes: list[_Pass]) -> None:
         """In a pool thread: each pass's calls, until one fails; none starts once closed
         or held (what it would have done is left as it is)."""
         for each in passes:
             each.started = time.monotonic()
-            for method, rows in each.calls:
+            for method, args in each.calls:
                 if self._closed or self._held:
                     break
                 try:
-                    method(*rows)
+                    method(*args)
                 except Exception as exc:  # every failure is recorded and retried
                     each.error = exc
                     break
@@ -277,7 +296,7 @@ class LinkReconciler:
                 self._passes.pop(key, None)
                 self.queue.forget(key)
             else:
-                self._failed(key, None, done.error)
+                self._failed(done, done.error)
             self._record_duration("delete", done, done.error is None)
             return
         # The row counts as handed to the driver once its old ends were cleared.
@@ -285,66 +304,41 @@ class LinkReconciler:
             self._realised[key] = row
         self._passes[key] = (done.started, done.ended)
         if done.error is not None:
-            self._failed(key, row, done.error)
+            self._failed(done, done.error)
             self._record_duration("update", done, False)
             return
         self.queue.forget(key)
-        self._set_status(key, LinkStatus(State.DONE))
+        self._set_health(key, done.revision, self.links.health(key).done())
         self._record_duration("update", done, True)
 
-    def _failed(self, key: str, row: LinkRow | None, exc: Exception) -> None:
-        permanent = isinstance(exc, SpecError)
-        if row is None:
+    def _failed(self, done: _Pass, exc: Exception) -> None:
+        key, permanent = done.key, isinstance(exc, SpecError)
+        if done.row is None:
             log.warning("deleting link %s failed: %s", key, exc)
         else:
-            status = self.links.status(key).failed(str(exc), permanent)
-            self._set_status(key, status)
+            health = self.links.health(key).failed(str(exc), permanent)
+            self._set_health(key, done.revision, health)
             log.warning(
                 "link %s failed (attempt %d%s): %s",
                 key,
-                status.attempts,
+                health.attempts,
                 ", not retried until it changes" if permanent else "",
                 exc,
             )
         if not permanent:
             self.queue.add_rate_limited(key)
 
-    # -- status ---------------------------------------------------------------
+    # -- health ---------------------------------------------------------------
 
-    def _set_status(self, key: str, status: LinkStatus) -> None:
-        """Write the status of row `key` to the table; nothing when it has no such row."""
-        if self.links.set_status(key, status) is None:
+    def _set_health(self, key: str, revision: int, health: Health) -> None:
+        """Write the health of row `key` if the table's row is still at `revision`."""
+        entry = self.links.row(key)
+        if entry is None or entry.revision != revision:
             return
-        if self._initial is not None and status.state is not State.PENDING:
+        self.links.set_health(key, health)
+        if self._initial is not None and health.state is not State.PENDING:
             self._initial.discard(key)
         self._check_initial()
-        for changed in self._status_waiters.pop(key, []):
-            if not changed.done():
-                changed.set_result(None)
-
-    def status_change(self, keys: Iterable[str]) -> asyncio.Future[None]:
-        """A future resolved once the status of one of the rows `keys` is set again (a
-        poller's early wake-up: only the rows it polls wake it).
-
-        It watches from this call on, not from when it is first awaited: a status set
-        by a callback that runs before the waiter's task does still wakes it. Bound
-        it with a timeout: nothing may change. Resolved or cancelled, it leaves
-        nothing behind.
-        """
-        changed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        watched = list(keys)
-        for key in watched:
-            self._status_waiters.setdefault(key, []).append(changed)
-        changed.add_done_callback(lambda _: self._unwatch(changed, watched))
-        return changed
-
-    def _unwatch(self, changed: asyncio.Future[None], keys: list[str]) -> None:
-        for key in keys:
-            waiters = self._status_waiters.get(key)
-            if waiters is not None and changed in waiters:
-                waiters.remove(changed)
-                if not waiters:
-                    del self._status_waiters[key]
 
     def _check_initial(self) -> None:
         if self._initial is not None and not self._initial and not self.initial_done.is_set():

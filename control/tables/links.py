@@ -11,21 +11,28 @@ this node, `ns/uid/pod`. So when a pod moves between nodes
 the key changes with the kind: the old row is deleted (its driver tears the old
 link down) and the new one inserted.
 
-Each row also carries its reconcile status (`LinkStatus`), which only the
-reconciler writes (`LinksTable.set_status`). A status is not desired state: a
-status write does not bump the table's revision, so change trackers never see
-it; `watch_status` callbacks do, each write. A row's status goes with the row
-when it is deleted; an upsert keeps it until the reconciler takes the change
-(and sets it pending). A row without a status yet is pending.
+Each row has a health (`tables/health.py`), kept by the table beside the row's
+revisions: a health write does not bump the revision, so change trackers never
+see it; `watch_health` watchers do, after each write. An upsert makes the row's
+health pending (its handshake problem stays, its wire is the same), a delete
+drops it. Beside the rows, the table keeps what derivation found about each
+local pod's links that got no row (`Findings`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from meshwire.control.model.emulation import Impairments
+from meshwire.control.tables.health import (
+    NOTHING_FOUND,
+    PENDING,
+    Findings,
+    Health,
+    HealthWatcher,
+)
 from meshwire.control.tables.table import Table
 
 
@@ -98,94 +105,108 @@ class LinkRow:
         return (self.local,)
 
 
-class State(StrEnum):
-    PENDING = "pending"
-    DONE = "done"
-    ERROR = "error"
-
-
-@dataclass(frozen=True, slots=True)
-class LinkStatus:
-    """The reconcile status of a row: pending, done, or error with its message."""
-
-    state: State = State.PENDING
-    message: str = ""
-    # Failed attempts since the last success.
-    attempts: int = 0
-    # True when retrying cannot help (a bad spec, a name taken by a foreign
-    # interface): the row waits for a change or the next full pass.
-    permanent: bool = False
-
-    def done(self) -> LinkStatus:
-        return LinkStatus(State.DONE)
-
-    def failed(self, message: str, permanent: bool) -> LinkStatus:
-        return LinkStatus(State.ERROR, message, self.attempts + 1, permanent)
-
-
-PENDING = LinkStatus()
-
 POD_INDEX = "pod"
 
-# (row, its status before the write, after it)
-StatusWatcher = Callable[[LinkRow, LinkStatus, LinkStatus], None]
 
-
-def pods_of(row: LinkRow) -> Iterable[str]:
+def pods_of(row: LinkRow) -> set[str]:
     """The local pods (`ns/pod`) a row touches."""
     return {f"{row.namespace}/{end.pod}" for end in row.ends()}
 
 
 class LinksTable(Table[LinkRow]):
-    """The links table, indexed by the local pods (`ns/pod`) each row touches; each
-    row with its reconcile status (see the module doc)."""
+    """The links table, indexed by the local pods (`ns/pod`) each row touches, with the
+    health of its rows and pods (see the module doc)."""
 
     def __init__(self) -> None:
         super().__init__("links", indexes={POD_INDEX: pods_of})
-        # Invariant: only keys of current rows.
-        self._statuses: dict[str, LinkStatus] = {}
-        self._status_watchers: list[StatusWatcher] = []
+        # Invariant: exactly the keys of current rows.
+        self._health: dict[str, Health] = {}
+        # Invariant: only pods derivation found something about.
+        self._findings: dict[str, Findings] = {}
+        # Watchers of every write, and of the writes that touch one pod.
+        self._watchers: list[HealthWatcher] = []
+        self._pod_watchers: dict[str, list[HealthWatcher]] = {}
 
-    def status(self, key: str) -> LinkStatus:
-        """The row's status; pending for a row without one, or no row."""
-        return self._statuses.get(key, PENDING)
+    # -- reads ----------------------------------------------------------------
 
-    def with_status(self) -> list[tuple[LinkRow, LinkStatus]]:
-        """Every row with its status, a snapshot."""
-        return [(row.obj, self.status(row.key)) for row in self.rows()]
+    def health(self, key: str) -> Health:
+        """The row's health; pending for no row."""
+        return self._health.get(key, PENDING)
 
-    def errors(self, keys: Iterable[str]) -> list[str]:
-        """Error messages of the rows `keys` (say, a pod's rows), in key order."""
-        statuses = (self.status(key) for key in sorted(keys))
-        return [status.message for status in statuses if status.state is State.ERROR]
+    def with_health(self) -> list[tuple[LinkRow, Health]]:
+        """Every row with its health, a snapshot."""
+        return [(row.obj, self.health(row.key)) for row in self.rows()]
 
-    def set_status(self, key: str, status: LinkStatus) -> LinkRow | None:
-        """Record the status of row `key` and tell every status watcher; the row, or
-        None (nothing recorded) when the table has no row `key`."""
+    def findings(self, pod: str) -> Findings:
+        """What derivation last found about the pod's links that got no row."""
+        return self._findings.get(pod, NOTHING_FOUND)
+
+    # -- writes ---------------------------------------------------------------
+
+    def upsert(self, key: str, obj: LinkRow) -> int:
+        """Insert or replace the row, its health pending; returns the new revision."""
+        old = self.get(key)
+        revision = super().upsert(key, obj)
+        before = self.health(key)
+        self._health[key] = after = before.pending()
+        pods = pods_of(obj) if old is None else pods_of(obj) | pods_of(old)
+        self._tell(pods, before.errors_may_differ(after))
+        return revision
+
+    def delete(self, key: str) -> LinkRow | None:
+        """Remove the row and its health; deleting a missing key is a no-op."""
+        old = super().delete(key)
+        if old is not None:
+            before = self._health.pop(key)
+            self._tell(pods_of(old), before.errors_may_differ(PENDING))
+        return old
+
+    def set_health(self, key: str, health: Health) -> LinkRow | None:
+        """Record the health of row `key` and tell its watchers; the row, or None
+        (nothing recorded) when the table has no row `key`."""
         row = self.get(key)
         if row is None:
             return None
-        before = self.status(key)
-        self._statuses[key] = status
-        for watcher in list(self._status_watchers):
-            watcher(row, before, status)
+        before = self._health[key]
+        self._health[key] = health
+        self._tell(pods_of(row), before.errors_may_differ(health))
         return row
 
-    def watch_status(self, watcher: StatusWatcher) -> Callable[[], None]:
-        """Call `watcher(row, before, after)` on every status write, with the row's
-        status before and after it, on the writer's (the event loop's) thread;
-        returns what stops it (once or more)."""
-        self._status_watchers.append(watcher)
+    def set_findings(self, found: Mapping[str, Findings]) -> None:
+        """Record what derivation found for each pod of `found` (NOTHING_FOUND: nothing)
+        and tell the watchers of those pods, changed or not: derivation ran for them."""
+        for pod, findings in found.items():
+            if findings == NOTHING_FOUND:
+                self._findings.pop(pod, None)
+            else:
+                self._findings[pod] = findings
+        if found:
+            self._tell(found.keys(), True)
+
+    # -- watchers ---------------------------------------------------------------
+
+    def watch_health(self, watcher: HealthWatcher, pod: str | None = None) -> Callable[[], None]:
+        """Call `watcher(pods, errors)` after every health write that touches `pod` (any
+        pod when None): the pods it touched, and whether it may change their error
+        messages. On the writer's (the event loop's) thread; returns what stops it
+        (once or more)."""
+        watchers = self._watchers if pod is None else self._pod_watchers.setdefault(pod, [])
+        watchers.append(watcher)
 
         def stop() -> None:
-            if watcher in self._status_watchers:
-                self._status_watchers.remove(watcher)
+            if watcher in watchers:
+                watchers.remove(watcher)
+            if pod is not None and not watchers:
+                self._pod_watchers.pop(pod, None)
 
         return stop
 
-    def delete(self, key: str) -> LinkRow | None:
-        self._statuses.pop(key, None)
-        return super().delete(key)
+    def _tell(self, pods: Set[str], errors: bool) -> None:
+        for watcher in list(self._watchers):
+            watcher(pods, errors)
+        for pod in pods & self._pod_watchers.keys():
+            for watcher in list(self._pod_watchers.get(pod, ())):
+                watcher(pods, errors)
 
 
 def new_links_table() -> LinksTable:

@@ -94,6 +94,12 @@ class Table(Generic[V]):
         """Primary keys whose row the index maps to `index_key`; O(1), a copy."""
         return set(self._indexes[index].get(index_key, ()))
 
+    def changed_after(self, key: str, revision: int) -> bool:
+        """Whether `key` was written or deleted after `revision`; O(1). A deletion is
+        known as long as a tracker that has not seen it is open."""
+        change = self._log.get(key)
+        return change is not None and change.revision > revision
+
     def index_keys(self, index: str) -> set[str]:
         """The index keys some row maps to; O(index keys), a copy."""
         return set(self._indexes[index])

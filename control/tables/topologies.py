@@ -171,6 +171,15 @@ class TopologyTable:
         """Keys of the pods with a link to pod `key` (`ns/name`), present or not."""
         return self.table.lookup(PEER_INDEX, key)
 
+    def peers(self, key: str) -> set[str]:
+        """Keys of the pods pod `key`'s links lead to (the host aside); none without it."""
+        topology = self.get(key)
+        return set(_peers(topology)) if topology is not None else set()
+
+    def changed_after(self, key: str, revision: int) -> bool:
+        """Whether pod `key` was written or deleted after `revision` (see `Table`)."""
+        return self.table.changed_after(key, revision)
+
     def namespaces(self) -> set[str]:
         """The namespaces that hold at least one Topology."""
         return self.table.index_keys(NAMESPACE_INDEX)

@@ -12,7 +12,12 @@ equal to them:
   on a thread of its own, so peers' neighbour caches follow a changed MAC;
 - the handshakes: every peer node with a wire that is not ready (or is being
   verified) is in `nodes`, the queue the handshake loop serves, and so is a
-  node owed a goodbye (DeleteWires) for an end removed here.
+  node owed a goodbye (DeleteWires) for an end removed here;
+- each row's handshake problem, in the row's health in the links table
+  (`Health.handshake`, tables/health.py): the last one worth reporting (a
+  mismatch, an unreachable peer node), cleared when the wire is joined or goes.
+  A far end that is simply not realised yet is not a problem: it calls back
+  when it is.
 
 Three parties change it: the grpc link driver (`attach`/`detach`, from netlink
 threads through `ThreadEnds`), the handshake loop (`answered`/`unreachable`),
@@ -52,7 +57,7 @@ from typing import Protocol
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.announce import announce_at
 from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.tables.links import End, LinkRow
+from meshwire.control.tables.links import End, LinkRow, LinksTable
 from meshwire.control.wire.state import (
     Wire,
     adopted_far,
@@ -132,16 +137,15 @@ class WireManager:
         offloads: bool,
         slots: WorkerSlots,
         nodes: WorkQueue,
+        links: LinksTable,
         announce: Callable[[End], None] = announce_soon,
         pod_carrier: Callable[[LinkRow, bool], None] | None = None,
     ) -> None:
-        """`pod_carrier(row, on)`: gives the row's pod end carrier or takes it (by
-        default nothing does: the TAP's own carrier is all there is)."""
+        """`links`: where each row's handshake problem is written; `pod_carrier(row,
+        on)`: gives the row's pod end carrier or takes it (by default nothing does:
+        the TAP's own carrier is all there is)."""
         self.node_ip = node_ip
-        # Told the row of every wire whose `problem` changed (set or cleared), on the
-        # event loop, after the change: what publishes the pods' plumbing_error
-        # listens here, as `problems` alone is read only when a pod is recomputed.
-        self.on_problem: Callable[[LinkRow], None] = lambda row: None
+        self.links = links
         self.announce = announce
         self.pod_carrier = pod_carrier
         self.offloads = offloads
@@ -286,8 +290,7 @@ class WireManager:
         self._lose_far(wire)
         with contextlib.suppress(OSError):
             os.close(wire.fd)
-        if wire.problem:  # gone with its wire
-            self.on_problem(wire.row)
+        self._set_problem(wire, "")  # gone with its wire
 
     # -- what the worker pool reads ---------------------------------------------
 
@@ -418,20 +421,12 @@ class WireManager:
             self.nodes.add_rate_limited(caller_ip)
 
     def _set_problem(self, wire: Wire, problem: str) -> None:
-        if wire.problem != problem:
-            wire.problem = problem
-            self.on_problem(wire.row)
+        """Write `problem` ("" for none) as the handshake problem of the wire's row."""
+        health = self.links.health(wire.row.key)
+        if health.handshake != problem:
+            self.links.set_health(wire.row.key, health.with_handshake(problem))
 
     # -- observation ------------------------------------------------------------
-
-    def problems(self, keys: Iterable[str]) -> list[str]:
-        """Handshake problems of the rows `keys` (a pod's rows), in key order."""
-        out = []
-        for key in sorted(keys):
-            wire = self._wires.get(key)
-            if wire is not None and wire.problem:
-                out.append(f"link {wire.row.namespace}/{wire.row.uid}: {wire.problem}")
-        return out
 
     def counts(self) -> dict[str, int]:
         """Wires by state: `ready` and `waiting` (for the far end)."""

@@ -48,7 +48,7 @@ from meshwire.control.links import podend
 from meshwire.control.links.errors import SpecError
 from meshwire.control.links.names import Mark
 from meshwire.control.links.netns import CURRENT
-from meshwire.control.tables.links import LinkKind, LinkRow
+from meshwire.control.tables.links import LinkKind, LinkRow, LinksTable
 from meshwire.control.wire.grpc_driver import GrpcDriver
 from meshwire.control.wire.handshake import Handshaker
 from meshwire.control.wire.manager import Desired, WireManager
@@ -72,8 +72,9 @@ def worker_count(config: Config) -> int:
 
 
 class WireStack:
-    def __init__(self, config: Config, local_only: bool = False) -> None:
-        """`local_only`: credentials that cannot be read make a local-only stack
+    def __init__(self, config: Config, links: LinksTable, local_only: bool = False) -> None:
+        """`links`: the table whose rows' handshake problems the manager writes.
+        `local_only`: credentials that cannot be read make a local-only stack
         (`missing` says why) instead of raising CredentialError."""
         self.config = config
         self.credentials: NodeCredentials | None = None
@@ -126,6 +127,7 @@ class WireStack:
             config.dataplane.offloads,
             self.pool,
             nodes,
+            links,
             pod_carrier=_pod_carrier,
         )
         peer_port = hostport.split(config.peer.listen)[1]

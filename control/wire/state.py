@@ -51,10 +51,6 @@ class Wire:
     fd: int
     generation: int
     far: FarEnd | None = None
-    # The last handshake problem worth reporting (a mismatch, an unreachable
-    # peer node); "" when there is none. A far end that is simply not realised
-    # yet is not a problem: it calls back when it is.
-    problem: str = ""
     # A ready wire asked again, to learn whether the far end still has it (the
     # full pass); an answer that it does not makes the wire not ready.
     verify: bool = False
