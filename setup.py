@@ -6,11 +6,11 @@ and `proto/` as `meshwire.proto`; every subpackage found below them follows.
 
 from setuptools import find_packages, setup
 
-FOLDERS = ("control", "dataplane", "proto")
+FOLDERS = ("base", "control", "dataplane", "proto", "tools")
 
 packages = ["meshwire." + name for name in find_packages(include=[f"{f}*" for f in FOLDERS])]
 setup(
     packages=packages,
     package_dir={f"meshwire.{f}": f for f in FOLDERS},
-    package_data={"meshwire.proto": ["*.proto"], "meshwire.control.graph": ["static/*"]},
+    package_data={"meshwire.proto": ["*.proto"], "meshwire.tools.graph": ["static/*"]},
 )

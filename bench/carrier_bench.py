@@ -45,9 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meshwire.control.lab.names import netns_path
-from meshwire.control.lab.state import LabDir
 from meshwire.control.links.netns import netlink, open_netns, socket_in
+from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.state import LabDir
 
 NETNS_DIR = "/var/run/netns"
 RTMGRP_LINK = 1
@@ -179,7 +179,7 @@ def wait_for(what: str, probe: Callable[[], float | None]) -> float:
 
 
 def meshwire(*args: str) -> str:
-    argv = [sys.executable, "-m", "meshwire.control.cli", *args]
+    argv = [sys.executable, "-m", "meshwire.tools.cli", *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:2])}: exit {done.returncode}: {done.stderr[-2000:]}")
@@ -312,7 +312,7 @@ def run_transport(transport: str, repeat: int, work: Path) -> dict[str, object]:
             }
     finally:
         subprocess.run(
-            [sys.executable, "-m", "meshwire.control.cli", "lab", "down", "--name", lab],
+            [sys.executable, "-m", "meshwire.tools.cli", "lab", "down", "--name", lab],
             capture_output=True,
         )
     return results

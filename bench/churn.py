@@ -74,17 +74,17 @@ import yaml
 from lab_scale import daemon_metrics, generate
 from wire_bench import workers_in
 
-from meshwire.control.lab import ops, processes
-from meshwire.control.lab.check import check_all
-from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.kernel import Ends, netns_ends
-from meshwire.control.lab.links import LabLink, lab_links, topologies_of
-from meshwire.control.lab.names import LabNames
-from meshwire.control.lab.runtime import MeshwireRuntime
-from meshwire.control.lab.state import LabDir, LabState
+from meshwire.tools.lab import ops, processes
+from meshwire.tools.lab.check import check_all
+from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.kernel import Ends, netns_ends
+from meshwire.tools.lab.links import LabLink, lab_links, topologies_of
+from meshwire.tools.lab.names import LabNames
+from meshwire.tools.lab.runtime import MeshwireRuntime
+from meshwire.tools.lab.state import LabDir, LabState
 
-MESHWIRE = [sys.executable, "-m", "meshwire.control.cli", "lab"]
-APPLY = [sys.executable, "-m", "meshwire.control.cli", "apply"]
+MESHWIRE = [sys.executable, "-m", "meshwire.tools.cli", "lab"]
+APPLY = [sys.executable, "-m", "meshwire.tools.cli", "apply"]
 WEIGHTS = {
     "restart": 5, "move": 3, "edit": 2, "mtu": 1, "kill": 1, "api": 1, "partition": 1, "worker": 1
 }  # fmt: skip

@@ -104,7 +104,7 @@ def generate(nodes: int, pods: int, links: int, seed: int) -> list[dict[str, Any
 
 
 def write_lab(db: str, nodes: int, pods: int, links: int, seed: int) -> None:
-    from meshwire.control.api.store import Store
+    from meshwire.tools.api.store import Store
 
     store = Store(db)
     for obj in generate(nodes, pods, links, seed):
@@ -115,7 +115,7 @@ def write_lab(db: str, nodes: int, pods: int, links: int, seed: int) -> None:
 
 def serve(db: str, conn: Connection) -> None:
     """The server child: answers ("port",), ("hang", bool), ("update", n, round), ("stop",)."""
-    from meshwire.control.api.server import ApiServer
+    from meshwire.tools.api.server import ApiServer
 
     async def main() -> None:
         server = ApiServer(db, "127.0.0.1", 0, bookmark_interval=1.0)

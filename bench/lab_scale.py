@@ -51,11 +51,11 @@ from typing import Any
 
 import yaml
 
-from meshwire.control.lab.daemons import read_base
-from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.state import LabDir, LabState
+from meshwire.base import hostport
 from meshwire.control.reconcile.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITE_RATE
-from meshwire.dataplane import hostport
+from meshwire.tools.lab.daemons import read_base
+from meshwire.tools.lab.probe import http_get
+from meshwire.tools.lab.state import LabDir, LabState
 
 NAME = "scale"
 NET = ipaddress.ip_network("10.200.0.0/16")
@@ -104,7 +104,7 @@ def _link(uid: int, peer: str, local: str, remote: str, ip: str, peer_ip: str) -
 
 
 def meshwire(*args: str) -> list[str]:
-    return [sys.executable, "-m", "meshwire.control.cli", "lab", *args, "--name", NAME]
+    return [sys.executable, "-m", "meshwire.tools.cli", "lab", *args, "--name", NAME]
 
 
 def run_up(file: Path, nodes: int, config: Path | None) -> list[tuple[float, str]]:

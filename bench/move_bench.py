@@ -134,7 +134,7 @@ def run_transport(transport: str, repeat: int, work: Path) -> dict[str, object]:
             }
     finally:
         subprocess.run(
-            [sys.executable, "-m", "meshwire.control.cli", "lab", "down", "--name", lab],
+            [sys.executable, "-m", "meshwire.tools.cli", "lab", "down", "--name", lab],
             capture_output=True,
         )
     return results

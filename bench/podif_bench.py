@@ -38,9 +38,9 @@ import time
 from pathlib import Path
 
 from meshwire.control.common.config import Config
-from meshwire.control.lab.nodes import UNDERLAY_MTU
 from meshwire.control.links.driver import Drivers, kernel_drivers
 from meshwire.control.tables.links import End, LinkKind, LinkRow
+from meshwire.tools.lab.nodes import UNDERLAY_MTU
 
 NETNS_DIR = "/var/run/netns"
 MTU = Config().mtu

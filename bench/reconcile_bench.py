@@ -76,20 +76,20 @@ from meshwire.control.auth import token as tokens
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.cni_handler import ADD_TIMINGS
 from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
-from meshwire.control.lab import netns, pods
-from meshwire.control.lab.daemons import read_base
-from meshwire.control.lab.down import down
-from meshwire.control.lab.links import lab_links, topologies_of
-from meshwire.control.lab.names import LabNames, netns_path
-from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.progress import LineProgress
-from meshwire.control.lab.runtime import MeshwireRuntime
-from meshwire.control.lab.state import LabDir, LabState, PodRecord
-from meshwire.control.lab.up import UpOptions, start_daemon, up, wait_ready
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import NetnsGone, NotANetns, identity_of, open_netns, socket_in
 from meshwire.control.model.topology import API_VERSION, GROUP, PLURAL, VERSION
 from meshwire.control.reconcile.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITE_RATE
+from meshwire.tools.lab import netns, pods
+from meshwire.tools.lab.daemons import read_base
+from meshwire.tools.lab.down import down
+from meshwire.tools.lab.links import lab_links, topologies_of
+from meshwire.tools.lab.names import LabNames, netns_path
+from meshwire.tools.lab.probe import http_get
+from meshwire.tools.lab.progress import LineProgress
+from meshwire.tools.lab.runtime import MeshwireRuntime
+from meshwire.tools.lab.state import LabDir, LabState, PodRecord
+from meshwire.tools.lab.up import UpOptions, start_daemon, up, wait_ready
 
 # meshnet's test topologies, shipped with the suite (tests/data/meshnet).
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "data" / "meshnet"

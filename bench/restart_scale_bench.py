@@ -59,13 +59,13 @@ import reconcile_bench
 from kubernetes import client
 
 from meshwire.control.auth import token as tokens
-from meshwire.control.lab import netns, pods, processes
-from meshwire.control.lab.names import API_PORT, HUB_IP, LabNames
-from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.runtime import MeshwireRuntime
-from meshwire.control.lab.state import LabDir, LabState, PodRecord
-from meshwire.control.lab.up import start_api, start_daemon, wait_ready
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
+from meshwire.tools.lab import netns, pods, processes
+from meshwire.tools.lab.names import API_PORT, HUB_IP, LabNames
+from meshwire.tools.lab.probe import http_get
+from meshwire.tools.lab.runtime import MeshwireRuntime
+from meshwire.tools.lab.state import LabDir, LabState, PodRecord
+from meshwire.tools.lab.up import start_api, start_daemon, wait_ready
 
 NODE = reconcile_bench.NODE
 # Issue 25: a restarted pod relinked (ADD exec until its links are up) at p99 <= 20 ms.

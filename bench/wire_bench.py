@@ -77,9 +77,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from meshwire.control.lab.state import LabDir
+from meshwire.tools.lab.state import LabDir
 
-MESHWIRE = [sys.executable, "-m", "meshwire.control.cli"]
+MESHWIRE = [sys.executable, "-m", "meshwire.tools.cli"]
 FRAMEGEN_C = Path(__file__).with_name("framegen.c")
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
 # The 64-byte frames' destination: locally administered, no pod's, so the receiving

@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any
 
+from meshwire.base.impairments import Params
 from meshwire.dataplane._wirec import ffi, lib
-from meshwire.dataplane.impairments import Params
 
 # Queue bounds of one end: past them a frame is dropped (counted as overflow).
 # 20,000 frames hold 20 ms of delay at 1M frames/s; 64 MiB, a second of 500 Mbit/s.

@@ -30,7 +30,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from meshwire.dataplane import hostport, preface, tcp
+from meshwire.base import hostport
+from meshwire.dataplane import preface, tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.watch import Watch
 from meshwire.dataplane.wirec import WireTable

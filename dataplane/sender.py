@@ -24,7 +24,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from meshwire.dataplane import hostport, preface, tcp
+from meshwire.base import hostport
+from meshwire.dataplane import preface, tcp
 from meshwire.dataplane._wirec import ffi, lib
 from meshwire.dataplane.streams import StreamKey
 from meshwire.dataplane.watch import Watch

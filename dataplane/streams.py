@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from meshwire.dataplane import hostport
+from meshwire.base import hostport
 
 
 class StreamKey(NamedTuple):

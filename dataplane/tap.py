@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
-from meshwire.dataplane import defaults
-from meshwire.dataplane.netns_thread import call_in_netns
+from meshwire.base import defaults
+from meshwire.base.netns_thread import call_in_netns
 
 TUNSETIFF = 0x400454CA
 TUNSETPERSIST = 0x400454CB

@@ -48,12 +48,13 @@ from dataclasses import dataclass
 
 import uvloop
 
-from meshwire.dataplane import cgroup, defaults, fdpass, hostport, messages, preface, rundir
+from meshwire.base import defaults, hostport
+from meshwire.base.impairments import Params
+from meshwire.base.logs import LogFormat, setup_logging
+from meshwire.base.netns_thread import setns
+from meshwire.dataplane import cgroup, fdpass, messages, preface, rundir
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.emulator import Pump
-from meshwire.dataplane.impairments import Params
-from meshwire.dataplane.logs import LogFormat, setup_logging
-from meshwire.dataplane.netns_thread import setns
 from meshwire.dataplane.receiver import Listener
 from meshwire.dataplane.sender import Sender
 from meshwire.dataplane.streams import StreamKey, Streams

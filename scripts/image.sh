@@ -34,7 +34,7 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 RUNTIME_PKGS=python3,python3-venv,libnghttp2-14,libssl3,ca-certificates
 BUILD_PKGS=(gcc libc6-dev libffi-dev libnghttp2-dev libssl-dev python3-dev)
 # The folders deploy/Dockerfile copies.
-SOURCES=(pyproject.toml setup.py README.md control dataplane proto cext scripts)
+SOURCES=(pyproject.toml setup.py README.md base control dataplane proto tools cext scripts)
 T0=$(date +%s)
 
 # -- the image is rebuilt only when what goes into it changed -------------------------------

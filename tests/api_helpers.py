@@ -21,8 +21,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.aio import client as aio_client
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from meshwire.tools.api.server import ApiServer
 from tests.paths import MESHNET
 
 FIXTURES = MESHNET

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from meshwire.control.api.server import ApiServer
+from meshwire.tools.api.server import ApiServer
 from tests.api_helpers import private_server
 from tests.kube_cluster import ControlPlane, assets
 

@@ -17,9 +17,9 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from meshwire.base.netns_thread import call_in_netns
 from meshwire.dataplane.handle import WorkerHandle
 from meshwire.dataplane.messages import AddWire
-from meshwire.dataplane.netns_thread import call_in_netns
 from meshwire.dataplane.tap import TapSpec, open_tap_in
 from meshwire.dataplane.worker import WorkerConfig
 

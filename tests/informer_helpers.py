@@ -17,16 +17,16 @@ from typing import Any
 
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 
-from meshwire.control.api.server import ApiServer
+from meshwire.base.netns_thread import setns
 from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.informer.sink import TableSink
-from meshwire.control.lab import netns
-from meshwire.control.lab.names import resolve
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VERSION, Topology
 from meshwire.control.tables.table import Table
-from meshwire.dataplane.netns_thread import setns
+from meshwire.tools.api.server import ApiServer
+from meshwire.tools.lab import netns
+from meshwire.tools.lab.names import resolve
 from tests.api_helpers import serving as api_serving
 
 # Generous: a bounded wait for a condition, never a timing assertion.

@@ -266,7 +266,7 @@ class DaemonProcess:
         path = folder / "config.yaml"
         path.write_text(yaml.safe_dump(settings))
         self.log = folder / "daemon.log"
-        argv = [sys.executable, "-m", "meshwire.control.cli", "daemon", "--config", str(path)]
+        argv = [sys.executable, "-m", "meshwire.tools.cli", "daemon", "--config", str(path)]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [*(wrap or []), *argv],

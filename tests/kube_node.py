@@ -46,8 +46,8 @@ from typing import Any
 import yaml
 from kubernetes.client import CoreV1Api
 
+from meshwire.base.netns_thread import call_in_netns
 from meshwire.dataplane import rundir
-from meshwire.dataplane.netns_thread import call_in_netns
 from tests.busybox_image import busybox_root
 from tests.deploy_helpers import config_text
 from tests.kube_cluster import ControlPlane

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from meshwire.control.lab import command
-from meshwire.control.lab.runtime import load_lab_file
 from meshwire.control.model.topology import Topology
+from meshwire.tools.lab import command
+from meshwire.tools.lab.runtime import load_lab_file
 
 LAB_FILE = """\
 apiVersion: networkop.co.uk/v1beta1
@@ -182,7 +182,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def in_ns(netns: str, *cmd: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "meshwire.control.lab.nsexec", netns, "--", *cmd]
+    argv = [sys.executable, "-m", "meshwire.tools.lab.nsexec", netns, "--", *cmd]
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from lab_helpers import Lab, unique_lab
 
-from meshwire.control.lab.names import LabNames, node_ip
-from meshwire.control.lab.nsexec import argv_for
-from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.runtime import meshwire_argv
-from meshwire.control.lab.state import LabDir, LabState
+from meshwire.tools.lab.names import LabNames, node_ip
+from meshwire.tools.lab.nsexec import argv_for
+from meshwire.tools.lab.probe import http_get
+from meshwire.tools.lab.runtime import meshwire_argv
+from meshwire.tools.lab.state import LabDir, LabState
 
 THREE_PODS = """\
 apiVersion: networkop.co.uk/v1beta1

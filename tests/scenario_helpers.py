@@ -41,14 +41,14 @@ from pyroute2 import IPRoute
 from meshwire.control.auth import certs
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.app import Daemon
-from meshwire.control.lab import netns, ops, pods, processes, up
-from meshwire.control.lab.links import LabLink, lab_links, topologies_of
-from meshwire.control.lab.names import LabNames
-from meshwire.control.lab.nsexec import argv_for
-from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.runtime import MeshwireRuntime, meshwire_argv
-from meshwire.control.lab.state import LabDir, LabState
-from meshwire.control.lab.status import gather
+from meshwire.tools.lab import netns, ops, pods, processes, up
+from meshwire.tools.lab.links import LabLink, lab_links, topologies_of
+from meshwire.tools.lab.names import LabNames
+from meshwire.tools.lab.nsexec import argv_for
+from meshwire.tools.lab.probe import http_get
+from meshwire.tools.lab.runtime import MeshwireRuntime, meshwire_argv
+from meshwire.tools.lab.state import LabDir, LabState
+from meshwire.tools.lab.status import gather
 from tests.paths import MESHNET
 
 FIXTURES = MESHNET

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from meshwire.control.api.server import ApiServer
-from meshwire.control.client import apply, delete
 from meshwire.control.model.topology import PLURAL
+from meshwire.tools.api.server import ApiServer
+from meshwire.tools.client import apply, delete
 from tests.api_helpers import (
     FIXTURES,
     TOPOLOGIES,

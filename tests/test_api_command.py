@@ -13,7 +13,7 @@ import pytest
 
 from tests.api_helpers import FIXTURES, private_loopback
 
-MESHWIRE = [sys.executable, "-m", "meshwire.control.cli"]
+MESHWIRE = [sys.executable, "-m", "meshwire.tools.cli"]
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from kubernetes.aio import watch as aio_watch
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.model.topology import PLURAL
+from meshwire.tools.api.server import ApiServer
 from tests.api_helpers import (
     TOPOLOGIES,
     aio_api,

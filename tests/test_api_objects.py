@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.model.topology import PLURAL
+from meshwire.tools.api.server import ApiServer
 from tests.api_helpers import (
     TOPOLOGIES,
     aio_api,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from meshwire.control.api import errors, patch
+from meshwire.tools.api import errors, patch
 
 OBJ: dict[str, Any] = {
     "metadata": {"name": "r1", "labels": {"a": "1", "b": "2"}},

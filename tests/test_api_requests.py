@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from meshwire.control.api.requests import verb_of
-from meshwire.control.api.server import ApiServer
 from meshwire.control.model.topology import PLURAL
+from meshwire.tools.api.requests import verb_of
+from meshwire.tools.api.server import ApiServer
 from tests.api_helpers import TOPOLOGIES, call, create, get, sync_api, topology
 
 BASE = "/apis/networkop.co.uk/v1beta1"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from meshwire.control.api import errors
-from meshwire.control.api.store import Event, Store
+from meshwire.tools.api import errors
+from meshwire.tools.api.store import Event, Store
 from tests.api_helpers import topology
 
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import yaml
 from kubernetes.aio import client as aio_client
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.auth import token as tokens
-from meshwire.control.client import apply
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
+from meshwire.tools.api.server import ApiServer
+from meshwire.tools.client import apply
 from tests.api_helpers import call, private_server, topology
 
 TOKEN = "lab-token-0123456789"

@@ -204,7 +204,7 @@ def test_missing_or_mismatched_files_are_errors_naming_the_config_key(tmp_path: 
 def test_a_grpc_daemon_without_its_credentials_exits_naming_the_config_key(
     tmp_path: Path,
 ) -> None:
-    argv = [sys.executable, "-m", "meshwire.control.cli", "daemon"]
+    argv = [sys.executable, "-m", "meshwire.tools.cli", "daemon"]
     for key, value in {
         "node_ip": "127.0.0.1",
         "inter_node_link_type": "grpc",

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from meshwire.control.daemon.cni_handler import ADD_TIMINGS
-from meshwire.control.lab import netns
+from meshwire.tools.lab import netns
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 

@@ -12,15 +12,15 @@ from collections.abc import Iterator
 import pytest
 from links_helpers import grpc_row, veth_row
 
-from meshwire.control.client.capture import (
+from meshwire.control.daemon.link_report import link_report
+from meshwire.control.tables.health import PENDING
+from meshwire.tools.client.capture import (
     CaptureError,
     capture,
     end_netns,
     open_capture,
     pcap_header,
 )
-from meshwire.control.daemon.link_report import link_report
-from meshwire.control.tables.health import PENDING
 
 pytestmark = pytest.mark.root
 

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from meshwire.control import cli
-from meshwire.control.lab import command as lab_command
+from meshwire.tools import cli
+from meshwire.tools.lab import command as lab_command
 
 
 def lab_subcommands() -> list[str]:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from meshwire.control.client.apply import apply_one
-from meshwire.control.client.file_command import PARALLEL, run
+from meshwire.tools.client.apply import apply_one
+from meshwire.tools.client.file_command import PARALLEL, run
 
 
 def topology(name: str, uid: int = 1) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def test_objects_go_in_parallel_and_print_in_the_files_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api = FakeApi()
-    monkeypatch.setattr("meshwire.control.client.file_command._client", lambda args: api)
+    monkeypatch.setattr("meshwire.tools.client.file_command._client", lambda args: api)
     names = [f"r{n:02d}" for n in range(40)]
     file = tmp_path / "lab.yaml"
     file.write_text(

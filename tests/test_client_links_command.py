@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from links_helpers import grpc_row, veth_row
 
-from meshwire.control.cli import main as meshwire
-from meshwire.control.client import links_command
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.model.emulation import Impairments
 from meshwire.control.tables.health import Health
+from meshwire.tools.cli import main as meshwire
+from meshwire.tools.client import links_command
 
 VETH = veth_row("/run/netns/a", "/run/netns/b", uid=3, a_intf="eth2")
 GRPC = grpc_row("/run/netns/a")

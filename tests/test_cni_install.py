@@ -20,8 +20,8 @@ from cni_helpers import (
     run_shim,
 )
 
-from meshwire.control.cli import main as meshwire
 from meshwire.control.cni.endpoint import CniEndpoint
+from meshwire.tools.cli import main as meshwire
 
 KINDNET = {
     "cniVersion": "0.3.1",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from cni_helpers import build_c_shim, node
 
-from meshwire.control.cli import main as meshwire
+from meshwire.tools.cli import main as meshwire
 
 BRIDGE_LIST = {
     "cniVersion": "0.4.0",

@@ -130,7 +130,7 @@ def test_the_printed_defaults_name_every_key_of_the_model() -> None:
 
 def test_meshwire_config_defaults_prints_the_same_file() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "meshwire.control.cli", "config", "defaults"],
+        [sys.executable, "-m", "meshwire.tools.cli", "config", "defaults"],
         capture_output=True,
         text=True,
         check=False,

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from derive_helpers import pod
 
-from meshwire.control.api.server import ApiServer
 from meshwire.control.common import slots
 from meshwire.control.common.ids import UID_LIMIT, VNI_MAX, Slot, preferred_slot
 from meshwire.control.common.retries import BackoffPolicy
 from meshwire.control.daemon.slot_keeper import SlotKeeper
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.tables.topologies import TopologyTable
+from meshwire.tools.api.server import ApiServer
 
 FAST = BackoffPolicy(initial=0.05, maximum=0.5)
 

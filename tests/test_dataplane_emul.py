@@ -12,8 +12,8 @@ import struct
 
 import pytest
 
+from meshwire.base.impairments import Params
 from meshwire.dataplane.emulator import Emulator
-from meshwire.dataplane.impairments import Params
 
 SEED = 20
 MS = 1_000_000

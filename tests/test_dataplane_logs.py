@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from meshwire.base.logs import JsonFormatter, setup_logging
 from meshwire.dataplane.handle import WorkerHandle
-from meshwire.dataplane.logs import JsonFormatter, setup_logging
 from meshwire.dataplane.worker import WorkerConfig
 
 

@@ -21,10 +21,10 @@ from cni_helpers import build_c_shim
 from deploy_helpers import config_text, container, mount_of, pod_spec, volume
 
 from meshwire.control.auth.tls import NodeCredentials, check_wire_key
-from meshwire.control.cli import COMMANDS
 from meshwire.control.cni import install
 from meshwire.control.common.config import Config, ConfigError, load_config
 from meshwire.control.daemon.command import config_from_args, parse_args
+from meshwire.tools.cli import COMMANDS
 
 # What the kubelet puts in the downward-API variables on some node.
 NODE_FIELDS = {
@@ -85,7 +85,7 @@ def command_words(spec: dict[str, Any]) -> tuple[tuple[str, ...], list[str]]:
 def test_each_container_runs_a_meshwire_command_that_answers_help(name: str) -> None:
     words, _ = command_words(container(name))
     result = subprocess.run(
-        [sys.executable, "-m", "meshwire.control.cli", *words, "--help"],
+        [sys.executable, "-m", "meshwire.tools.cli", *words, "--help"],
         capture_output=True,
         text=True,
         check=False,
@@ -211,7 +211,7 @@ def test_the_daemon_reads_its_credentials_from_the_secret_certs_init_makes(
     auth = configmap_config(tmp_path).auth
     assert auth.enabled
     out = subprocess.run(
-        [sys.executable, "-m", "meshwire.control.cli", "certs", "init", str(tmp_path / "c")],
+        [sys.executable, "-m", "meshwire.tools.cli", "certs", "init", str(tmp_path / "c")],
         capture_output=True,
         text=True,
         check=True,

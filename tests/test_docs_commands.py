@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from meshwire.control import cli
 from meshwire.control.common.config import ENV_NESTING, ENV_PREFIX, Config
+from meshwire.tools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCK = re.compile(r"^```(?:sh|bash|shell|console)\n(.*?)^```", re.S | re.M)
 # Where product code and the scripts that ship with it may read a variable.
-CODE = [ROOT / d for d in ("control", "dataplane", "cext", "scripts", "deploy")]
+CODE = [ROOT / d for d in ("base", "control", "dataplane", "tools", "cext", "scripts", "deploy")]
 CODE_SUFFIXES = {".py", ".c", ".h", ".sh", ".yaml", ".yml"}
 SEPARATORS = {"|", "||", "&&", ";", "&", "(", ")"}
 REDIRECTIONS = {">", ">>", "<", "2>", "&>"}

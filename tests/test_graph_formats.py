@@ -18,10 +18,10 @@ from browser_helpers import Browser
 from links_helpers import veth_row
 
 from meshwire.control.daemon.link_report import link_report
-from meshwire.control.graph import formats, layout
-from meshwire.control.graph.live import page_state
-from meshwire.control.graph.model import build
 from meshwire.control.tables.health import PENDING
+from meshwire.tools.graph import formats, layout
+from meshwire.tools.graph.live import page_state
+from meshwire.tools.graph.model import build
 from tests.paths import REPO as ROOT
 
 NODES = {"169.254.0.11": "node1", "169.254.0.12": "node2"}
@@ -199,7 +199,7 @@ def test_a_hundred_pods_lay_out_in_two_dimensions() -> None:
 
 def test_the_command_refuses_an_unknown_extension() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "meshwire.control.cli", "lab", "graph", "-o", "x.png"],
+        [sys.executable, "-m", "meshwire.tools.cli", "lab", "graph", "-o", "x.png"],
         capture_output=True,
         text=True,
         check=False,

@@ -23,8 +23,8 @@ import pytest
 import yaml
 from browser_helpers import Browser
 
-from meshwire.control.lab import command
-from meshwire.control.lab.state import LabDir, LabState
+from meshwire.tools.lab import command
+from meshwire.tools.lab.state import LabDir, LabState
 from tests.kubeconfigs import write_kubeconfig
 from tests.paths import REPO
 
@@ -44,7 +44,7 @@ class LiveLab:
     browser: Browser
 
     def meshwire(self, *args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "meshwire.control.cli", *args]
+        argv = [sys.executable, "-m", "meshwire.tools.cli", *args]
         return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
 
     def link_states(self) -> str:
@@ -76,7 +76,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveLab]:
             [
                 sys.executable,
                 "-m",
-                "meshwire.control.cli",
+                "meshwire.tools.cli",
                 "lab",
                 "graph",
                 *where,

@@ -57,7 +57,7 @@ def namespace(api: client.ApiClient) -> Iterator[str]:
 
 def meshwire(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "meshwire.control.cli", *args],
+        [sys.executable, "-m", "meshwire.tools.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,

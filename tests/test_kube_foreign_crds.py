@@ -70,7 +70,7 @@ def namespace(kube: ControlPlane, crd: str) -> Iterator[str]:
 
 def apply(kube: ControlPlane, path: Path, namespace: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "meshwire.control.cli", "apply", "-f", str(path),
+        [sys.executable, "-m", "meshwire.tools.cli", "apply", "-f", str(path),
          "--kubeconfig", str(kube.admin_kubeconfig), "-n", namespace],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.kube import NAMESPACE, KubeLab
+from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.kube import NAMESPACE, KubeLab
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import (
     admin,

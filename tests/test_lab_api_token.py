@@ -21,9 +21,9 @@ import pytest
 from lab_helpers import unique_lab
 
 from meshwire.control.auth import token as tokens
-from meshwire.control.lab.runtime import MeshwireRuntime
-from meshwire.control.lab.state import LabDir
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
+from meshwire.tools.lab.runtime import MeshwireRuntime
+from meshwire.tools.lab.state import LabDir
 
 pytestmark = pytest.mark.root
 

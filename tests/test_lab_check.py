@@ -10,9 +10,9 @@ import pytest
 from lab_helpers import Lab, StubRuntime, unique_lab
 from pyroute2 import IPRoute
 
-from meshwire.control.lab import netns
-from meshwire.control.lab.kernel import netns_ends
-from meshwire.control.lab.names import netns_path
+from meshwire.tools.lab import netns
+from meshwire.tools.lab.kernel import netns_ends
+from meshwire.tools.lab.names import netns_path
 
 pytestmark = pytest.mark.root
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from lab_helpers import Lab, StubRuntime, host_link_names, host_netns_names, pid_alive, unique_lab
 
-from meshwire.control.lab import netns
+from meshwire.tools.lab import netns
 
 pytestmark = pytest.mark.root
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from meshwire.control.lab import netns, processes
-from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.forkserver import ForkServer
-from meshwire.control.lab.names import netns_path
-from meshwire.control.lab.state import ProcessRecord
+from meshwire.tools.lab import netns, processes
+from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.forkserver import ForkServer
+from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.state import ProcessRecord
 
 pytestmark = pytest.mark.root
 

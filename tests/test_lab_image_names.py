@@ -1,10 +1,10 @@
-"""What an image pod runs, decided without containerd (control/lab/images.py)."""
+"""What an image pod runs, decided without containerd (tools/lab/images.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from meshwire.control.lab.images import (
+from meshwire.tools.lab.images import (
     environment,
     imported,
     normalize,

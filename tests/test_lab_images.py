@@ -141,7 +141,7 @@ def test_lab_exec_in_an_image_pod_passes_status_stdin_and_a_terminal(lab: Lab) -
     missing = lab_exec(lab, "r1", "no-such-command")
     assert missing.returncode == 127 and "no-such-command" in missing.stderr
     assert lab_exec(lab, "r1", "cat").stdout == ""  # without -i: no stdin
-    cli = [sys.executable, "-m", "meshwire.control.cli", "lab", "exec"]
+    cli = [sys.executable, "-m", "meshwire.tools.cli", "lab", "exec"]
     cli += ["--name", lab.name, "--dir", str(lab.directory)]
     echoed = subprocess.run([*cli, "-i", "r1", "--", "tr", "a-z", "A-Z"], input="hello\n",
                             capture_output=True, text=True, timeout=DEADLINE)  # fmt: skip

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from meshwire.control.lab import netns
-from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.names import netns_path
+from meshwire.tools.lab import netns
+from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.names import netns_path
 
 pytestmark = pytest.mark.root
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from lab_helpers import StubRuntime, unique_lab
 
-from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.placement import load_placement, place, round_robin
+from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.placement import load_placement, place, round_robin
 
 PODS = ["default/r1", "default/r2", "default/r3", "default/r4", "default/r5"]
 NODES = ["node1", "node2"]

@@ -83,7 +83,7 @@ def lab_exec_cli(
     lab: Lab, *argv: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`meshwire lab exec` as a user runs it, in a process of its own."""
-    cli = [sys.executable, "-m", "meshwire.control.cli", "lab", "exec"]
+    cli = [sys.executable, "-m", "meshwire.tools.cli", "lab", "exec"]
     cli += ["--name", lab.name, "--dir", str(lab.directory), *argv]
     return subprocess.run(
         cli,

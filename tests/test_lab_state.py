@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from meshwire.control.lab.errors import LabError
-from meshwire.control.lab.state import LabDir, LabState, NodeRecord, PodRecord, ProcessRecord
 from meshwire.control.model.load import load_file
+from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.state import LabDir, LabState, NodeRecord, PodRecord, ProcessRecord
 
 TOPOLOGY = {
     "apiVersion": "networkop.co.uk/v1beta1",

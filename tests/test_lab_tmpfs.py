@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from meshwire.control.lab import tmpfs
-from meshwire.control.lab.state import LabDir, LabState
+from meshwire.tools.lab import tmpfs
+from meshwire.tools.lab.state import LabDir, LabState
 
 pytestmark = pytest.mark.root
 

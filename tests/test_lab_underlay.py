@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from lab_helpers import Lab, StubRuntime, in_ns, unique_lab
 
-from meshwire.control.lab import netns, processes
-from meshwire.control.lab.probe import http_get, tcp_open, wait_until
-from meshwire.control.lab.relay import MODULE
+from meshwire.tools.lab import netns, processes
+from meshwire.tools.lab.probe import http_get, tcp_open, wait_until
+from meshwire.tools.lab.relay import MODULE
 
 pytestmark = pytest.mark.root
 

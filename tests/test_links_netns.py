@@ -14,6 +14,7 @@ import pytest
 import uvloop
 from links_helpers import Namespaces, ip, namespaces, needs_root, netns_name, veth_across
 
+from meshwire.base.netns_thread import SocketMaker, call_in_netns
 from meshwire.control.links import iface
 from meshwire.control.links import netns as links_netns
 from meshwire.control.links.netns import (
@@ -24,7 +25,6 @@ from meshwire.control.links.netns import (
     netlink,
     open_netns,
 )
-from meshwire.dataplane.netns_thread import SocketMaker, call_in_netns
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]

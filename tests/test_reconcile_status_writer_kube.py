@@ -139,7 +139,7 @@ async def test_a_404_means_the_topology_is_gone_and_other_errors_are_failures(
 async def test_status_written_through_the_embedded_api_reads_back_and_spec_is_untouched(
     tmp_path: Path, client_for: list[ApiClient]
 ) -> None:
-    server_module = pytest.importorskip("meshwire.control.api.server")
+    server_module = pytest.importorskip("meshwire.tools.api.server")
     server = server_module.ApiServer(str(tmp_path / "api.db"), port=0)
     await server.start()
     try:
@@ -199,7 +199,7 @@ async def embedded_api_with(
     tmp_path: Path, client_for: list[ApiClient], status: dict[str, str]
 ) -> AsyncIterator[tuple[KubeStatusApi, CustomObjectsApi]]:
     """An embedded API holding Topology lab/r1 with `status`, and the two clients to it."""
-    server_module = pytest.importorskip("meshwire.control.api.server")
+    server_module = pytest.importorskip("meshwire.tools.api.server")
     server = server_module.ApiServer(str(tmp_path / "api.db"), port=0)
     await server.start()
     try:

@@ -26,7 +26,7 @@ from links_helpers import needs_root
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.timeout(900)]
 
 CHURN = Path(__file__).resolve().parents[1] / "bench" / "churn.py"
-MESHWIRE = [sys.executable, "-m", "meshwire.control.cli"]
+MESHWIRE = [sys.executable, "-m", "meshwire.tools.cli"]
 OPS = 120
 CONFIGS = {
     "vxlan": "inter_node_link_type: vxlan\nreconcile: {full_interval: 3600}\n",

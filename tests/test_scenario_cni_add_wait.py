@@ -24,7 +24,7 @@ from api_helpers import call, create, sync_api, topology
 from reconciler_helpers import Pause
 from scenario_helpers import api_serving, both_up, daemon_node
 
-from meshwire.control.api.server import ApiServer
+from meshwire.tools.api.server import ApiServer
 
 pytestmark = pytest.mark.root
 

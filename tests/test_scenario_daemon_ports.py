@@ -227,7 +227,7 @@ async def test_the_daemon_process_stops_on_sigterm_while_it_waits_for_its_metric
         )
     )
     with private_loopback(), holding(METRICS):
-        argv = [sys.executable, "-m", "meshwire.control.cli", "daemon", "--config", str(config)]
+        argv = [sys.executable, "-m", "meshwire.tools.cli", "daemon", "--config", str(config)]
         daemon = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE)
         try:
             assert daemon.stderr is not None

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from outage_helpers import LINKS, addresses, ifindexes, lab_up, pings, state, wait_until
 
-from meshwire.control.lab import processes, up
-from meshwire.control.lab.runtime import MeshwireRuntime
-from meshwire.control.lab.state import LabDir
+from meshwire.tools.lab import processes, up
+from meshwire.tools.lab.runtime import MeshwireRuntime
+from meshwire.tools.lab.state import LabDir
 
 pytestmark = pytest.mark.root
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from lab_helpers import ADDRESSED_LAB, Lab, in_ns, unique_lab
 
-from meshwire.control.lab.names import node_ip
-from meshwire.control.lab.probe import http_get
-from meshwire.control.lab.state import LabDir
 from meshwire.control.links.names import NodeRole, node_name
+from meshwire.tools.lab.names import node_ip
+from meshwire.tools.lab.probe import http_get
+from meshwire.tools.lab.state import LabDir
 
 pytestmark = pytest.mark.root
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from lab_helpers import Lab, in_ns, unique_lab
 
+from meshwire.base.netns_thread import call_in_netns
 from meshwire.control.auth import certs
 from meshwire.control.common.ids import preferred_slot, wire_id
-from meshwire.control.lab.names import node_ip
-from meshwire.control.lab.probe import http_get
-from meshwire.dataplane.netns_thread import call_in_netns
+from meshwire.tools.lab.names import node_ip
+from meshwire.tools.lab.probe import http_get
 from tests.paths import MESHNET
 
 pytestmark = pytest.mark.root

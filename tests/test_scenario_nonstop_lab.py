@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 from lab_helpers import Lab, unique_lab
 
-from meshwire.control.lab.names import node_ip
-from meshwire.control.lab.probe import http_get
 from meshwire.dataplane import rundir
+from meshwire.tools.lab.names import node_ip
+from meshwire.tools.lab.probe import http_get
 from tests.paths import REPO
 
 pytestmark = pytest.mark.root

@@ -23,7 +23,7 @@ from scenario_helpers import (
     wait_until,
 )
 
-from meshwire.control.lab import pods
+from meshwire.tools.lab import pods
 
 pytestmark = pytest.mark.root
 
@@ -161,7 +161,7 @@ def test_an_interface_meshwire_did_not_create_is_never_deleted_even_holding_a_wa
         # The same through `meshwire links`, as an operator runs it on the node: from the
         # daemon's config, which names its address and the token it asks off loopback.
         config = lab.state().nodes["node1"].config
-        argv = [sys.executable, "-m", "meshwire.control.cli", "links", "--config", config]
+        argv = [sys.executable, "-m", "meshwire.tools.cli", "links", "--config", config]
         shown = run_in(lab.node_netns, [*argv, "--state", "error"])
         assert shown.returncode == 0, shown.stderr
         assert "default/r2:eth2" in shown.stdout and "meshwire did not create" in shown.stdout

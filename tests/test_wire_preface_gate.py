@@ -30,9 +30,9 @@ from dataplane_helpers import (
     workers,
 )
 
+from meshwire.base.netns_thread import call_in_netns
 from meshwire.dataplane import preface
 from meshwire.dataplane.handle import WorkerHandle
-from meshwire.dataplane.netns_thread import call_in_netns
 from meshwire.dataplane.receiver import PENDING_MAX, PENDING_PER_SOURCE
 
 pytestmark = pytest.mark.root

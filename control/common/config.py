@@ -20,8 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from meshwire.dataplane import defaults as dataplane_defaults
-from meshwire.dataplane import hostport
+from meshwire.base import defaults as dataplane_defaults
+from meshwire.base import hostport
 
 ENV_PREFIX = "MESHWIRE_"
 ENV_NESTING = "__"

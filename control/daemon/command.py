@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import uvloop
 
+from meshwire.base.logs import setup_logging
 from meshwire.control.auth.certs import CredentialError
 from meshwire.control.common import heap
 from meshwire.control.common.config import Config, ConfigError, load_config, parse_overrides
 from meshwire.control.common.listening import ListenError
-from meshwire.dataplane.logs import setup_logging
 
 if TYPE_CHECKING:
     from meshwire.control.daemon.app import Daemon

@@ -30,8 +30,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from meshwire.base import hostport
 from meshwire.control.auth import token as tokens
-from meshwire.dataplane import hostport
 
 
 def _unauthorized() -> web.Response:

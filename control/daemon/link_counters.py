@@ -18,8 +18,8 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
+from meshwire.base.netns_thread import call_in_netns
 from meshwire.control.tables.links import LinkRow
-from meshwire.dataplane.netns_thread import call_in_netns
 
 IFF_UP = 0x1
 STATS = (

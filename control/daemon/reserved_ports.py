@@ -19,8 +19,8 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from meshwire.base import hostport
 from meshwire.control.common.config import Config
-from meshwire.dataplane import hostport
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from pyroute2 import IPRoute
 
-from meshwire.dataplane.netns_thread import CLONE_NEWNET, SocketMaker
+from meshwire.base.netns_thread import CLONE_NEWNET, SocketMaker
 
 from .rtnl import Rtnl
 

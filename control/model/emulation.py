@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-from meshwire.dataplane.impairments import Params
+from meshwire.base.impairments import Params
 
 ANNOTATION = "meshwire.dev/emulation"
 STATES = ("up", "down")

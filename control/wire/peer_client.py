@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
+from meshwire.base import hostport
 from meshwire.control.auth.tls import NodeCredentials
 from meshwire.control.wire.types import PeerError
-from meshwire.dataplane import hostport
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 
 # Reconnect quickly after a peer restarts (gRPC's default starts at 1 s). Not

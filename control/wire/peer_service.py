@@ -21,10 +21,11 @@ from typing import Any
 
 import grpc
 
+from meshwire.base import hostport
 from meshwire.control.auth.tls import NodeCredentials, identity_problem
 from meshwire.control.common.ids import UID_LIMIT
 from meshwire.control.wire.manager import WireManager
-from meshwire.dataplane import hostport, preface, tcp
+from meshwire.dataplane import preface, tcp
 from meshwire.proto import meshwire_pb2, meshwire_pb2_grpc
 
 # Kubernetes names (namespaces, pods) are at most 253 bytes.

@@ -38,6 +38,7 @@ import secrets
 import tempfile
 from typing import Any
 
+from meshwire.base import hostport
 from meshwire.control.auth.certs import CredentialError
 from meshwire.control.auth.tls import NodeCredentials, check_wire_key
 from meshwire.control.common.config import Config
@@ -57,7 +58,7 @@ from meshwire.control.wire.peer_service import start_peer_server
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
 from meshwire.control.wire.thread_ends import ThreadEnds
 from meshwire.control.wire.types import WireEnds
-from meshwire.dataplane import hostport, preface
+from meshwire.dataplane import preface
 from meshwire.dataplane.handle import WorkerError
 from meshwire.dataplane.messages import AddWire
 

@@ -36,13 +36,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from meshwire.base import defaults
+from meshwire.base.logs import LogFormat
 from meshwire.control.common.config import DataplaneConfig, LogConfig, default
 from meshwire.control.common.retries import Backoff, BackoffPolicy
 from meshwire.control.wire.manager import Desired
-from meshwire.dataplane import defaults, rundir
+from meshwire.dataplane import rundir
 from meshwire.dataplane.counters import Counters
 from meshwire.dataplane.handle import WorkerError, WorkerHandle
-from meshwire.dataplane.logs import LogFormat
 from meshwire.dataplane.messages import AddWire, StreamState
 from meshwire.dataplane.worker import WorkerConfig
 

@@ -1,0 +1,90 @@
+"""Checks a request body before it reaches the store, as kube-apiserver would.
+
+`admit` returns the object to store: the client's body as sent (so a spec reads
+back exactly as written), with `metadata.namespace` filled in from the URL.
+It raises `BadRequest` (400) for a body addressed to another kind, namespace or
+name than the URL, and `Invalid` (422) naming the offending field
+(`spec.links[3].uid`) for an object the Topology model cannot read or with a
+link that `validate_topology` rejects. That is stricter than a cluster running
+meshnet's CRD, whose schema checks only types: there a bad link is accepted and
+reported in the object's status by the daemon.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from meshwire.control.model.names import dns_label_problem, dns_subdomain_problem
+from meshwire.control.model.topology import API_VERSION, GROUP, KIND, ModelError, Topology
+from meshwire.control.model.validate import validate_topology
+from meshwire.tools.api import errors
+
+# A field path token in a ModelError message: `spec.links[3]`, `uid`.
+_FIELD = re.compile(r"[A-Za-z_][\w.\[\]]*")
+
+
+def admit(body: Any, namespace: str, name: str | None = None) -> dict[str, Any]:
+    """`name` is the name in the URL (PUT, PATCH); None for a create (POST)."""
+    if not isinstance(body, dict):
+        raise errors.BadRequest("the request body must be a JSON object")
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != KIND:
+        raise errors.BadRequest(
+            f"the object is {body.get('apiVersion')!r}/{body.get('kind')!r}, "
+            f"expected {API_VERSION!r}/{KIND!r}"
+        )
+    meta = body.get("metadata")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise errors.BadRequest("metadata: expected a JSON object")
+    if meta.get("namespace", namespace) not in ("", namespace):
+        raise errors.BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the "
+            f"request ({meta.get('namespace')!r} != {namespace!r})"
+        )
+    object_name = meta.get("name") or ""
+    if name is not None and object_name != name:
+        raise errors.BadRequest(
+            f"the name of the object ({object_name!r}) does not match the name on the URL "
+            f"({name!r})"
+        )
+    if not isinstance(object_name, str):
+        raise errors.invalid("", "metadata.name", "metadata.name: must be a string")
+    problem = dns_subdomain_problem(object_name)
+    if problem is not None:
+        raise errors.invalid(object_name, "metadata.name", f"metadata.name: {problem}")
+    problem = dns_label_problem(namespace)
+    if problem is not None:
+        raise errors.invalid(object_name, "metadata.namespace", f"metadata.namespace: {problem}")
+    obj = {**body, "metadata": {**meta, "namespace": namespace}}
+    try:
+        topology = Topology.from_dict(obj)
+    except ModelError as e:
+        raise errors.invalid(object_name, _field_of(str(e)), str(e)) from e
+    problems = validate_topology(topology).problems
+    if problems:
+        raise errors.Invalid(
+            f'Topology.{GROUP} "{object_name}" is invalid: ' + "; ".join(map(str, problems)),
+            object_name,
+            [
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": p.message,
+                    "field": f"spec.links[{p.index}].{p.field}",
+                }
+                for p in problems
+            ],
+        )
+    return obj
+
+
+def _field_of(message: str) -> str:
+    """The field path in a ModelError message "topology ns/n: spec.links[0]: uid: problem"."""
+    parts = message.split(": ")[1:]
+    fields: list[str] = []
+    for part in parts[:-1]:
+        if not _FIELD.fullmatch(part):
+            break
+        fields.append(part)
+    return ".".join(fields)
