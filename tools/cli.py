@@ -10,22 +10,22 @@ from __future__ import annotations
 import importlib
 import sys
 
-# command words -> module (relative to meshwire.control) whose main() runs them,
-# or `module:function` for a module that runs more than one command.
+# command words -> module (relative to meshwire) whose main() runs them, or
+# `module:function` for a module that runs more than one command.
 COMMANDS: dict[tuple[str, ...], str] = {
-    ("daemon",): "daemon.command",
-    ("api", "serve"): "api.command",
-    ("apply",): "client.apply",
-    ("delete",): "client.delete",
-    ("cni", "install"): "cni.install",
-    ("cni", "uninstall"): "cni.uninstall",
-    ("lab", "graph"): "graph.command:lab_main",
-    ("lab",): "lab.command",
-    ("graph",): "graph.command:cluster_main",
-    ("config", "defaults"): "client.config_command",
-    ("links",): "client.links_command",
-    ("certs",): "client.certs_command",
-    ("capture",): "client.capture",
+    ("daemon",): "control.daemon.command",
+    ("api", "serve"): "tools.api.command",
+    ("apply",): "tools.client.apply",
+    ("delete",): "tools.client.delete",
+    ("cni", "install"): "control.cni.install",
+    ("cni", "uninstall"): "control.cni.uninstall",
+    ("lab", "graph"): "tools.graph.command:lab_main",
+    ("lab",): "tools.lab.command",
+    ("graph",): "tools.graph.command:cluster_main",
+    ("config", "defaults"): "tools.client.config_command",
+    ("links",): "tools.client.links_command",
+    ("certs",): "tools.client.certs_command",
+    ("capture",): "tools.client.capture",
 }
 
 USAGE = """usage: meshwire COMMAND [ARGS]
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     for words, module in sorted(COMMANDS.items(), key=lambda item: -len(item[0])):
         if tuple(args[: len(words)]) == words:
             name, _, function = module.partition(":")
-            entry = importlib.import_module(f"meshwire.control.{name}")
+            entry = importlib.import_module(f"meshwire.{name}")
             result: int = getattr(entry, function or "main")(args[len(words) :])
             return result
     stream = sys.stdout if args[:1] in (["-h"], ["--help"], []) else sys.stderr
