@@ -1,11 +1,12 @@
 """The packages of meshwire import each other in docs/design.md §8's layers, with no cycle.
 
-Every import statement of the product code (control/ and dataplane/), read with
-`ast`, becomes an edge between the packages of the importing and the imported
-module; `dataplane` is one package, each subpackage of `control` is one. A cycle
-in that graph fails the test and names the packages on it; so does an edge to
-a higher layer than its own (`LAYERS`, in §8's order), and a package §8 does not
-place.
+Every import statement of the product code (base/, dataplane/, control/ and tools/),
+read with `ast`, becomes an edge between the packages of the importing and the
+imported module: `base`, `dataplane` and `proto` are one package each, each
+subpackage of `control` and of `tools` is one, and a top-level module of
+`tools` (cli.py) counts as the package `tools`. A cycle in that graph fails the
+test and names the packages on it; so does an edge to a higher layer than its
+own (`LAYERS`, in §8's order), and a package §8 does not place.
 """
 
 from __future__ import annotations
@@ -16,27 +17,34 @@ from pathlib import Path
 
 from tests.paths import REPO
 
-ROOTS = ("control", "dataplane")
+ROOTS = ("base", "dataplane", "control", "tools")
+# Folders whose subpackages are packages of their own in the graph.
+SPLIT = ("control", "tools")
 # docs/design.md §8's layers, lowest first: a package imports from its own layer
-# and the ones below only. `control` is control/'s top-level modules (cli.py).
+# and the ones below only.
 LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"base"}),
     frozenset({"dataplane", "proto"}),
     frozenset({"control.common"}),
     frozenset({"control.model", "control.tables"}),
     frozenset({"control.informer", "control.links", "control.auth"}),
     frozenset({"control.reconcile", "control.wire"}),
-    frozenset({"control.daemon", "control.api", "control.cni", "control.lab", "control.graph",
-               "control.client", "control"}),
+    frozenset({"control.daemon", "control.cni"}),
+    frozenset({"tools.api", "tools.client"}),
+    frozenset({"tools.lab"}),
+    frozenset({"tools.graph"}),
+    frozenset({"tools"}),
 )  # fmt: skip
 
 
 def package_of(module: str) -> str | None:
-    """`meshwire.control.common.queue` -> `control.common`; None outside meshwire."""
+    """`meshwire.control.common.queue` -> `control.common`, `meshwire.tools.cli` -> `tools`,
+    `meshwire.base.hostport` -> `base`; None outside meshwire."""
     parts = module.split(".")
     if parts[0] != "meshwire" or len(parts) < 2:
         return None
-    if parts[1] == "control" and len(parts) > 2 and (REPO / "control" / parts[2]).is_dir():
-        return f"control.{parts[2]}"
+    if parts[1] in SPLIT and len(parts) > 2 and (REPO / parts[1] / parts[2]).is_dir():
+        return f"{parts[1]}.{parts[2]}"
     return parts[1]
 
 
@@ -78,7 +86,7 @@ def package_graph() -> dict[str, set[str]]:
             for target in imported(path):
                 dest = package_of(target)
                 # `from meshwire.control.x import y` names x's package; a top-level
-                # module of control (cli.py) counts as the package `control`.
+                # module of tools (cli.py) counts as the package `tools`.
                 if dest is not None and dest != source:
                     graph[source].add(dest)
     return graph
@@ -125,8 +133,27 @@ def test_no_cycle_between_packages() -> None:
     assert cycles(graph) == []
 
 
-def test_common_imports_no_other_layer() -> None:
-    assert package_graph()["control.common"] <= {"dataplane"}
+def test_base_imports_nothing_of_meshwire() -> None:
+    assert package_graph().get("base", set()) == set()
+
+
+def test_dataplane_imports_only_base_and_proto() -> None:
+    assert package_graph()["dataplane"] <= {"base", "proto"}
+
+
+def test_common_imports_only_base() -> None:
+    assert package_graph()["control.common"] <= {"base"}
+
+
+def test_no_package_of_control_imports_the_tools() -> None:
+    graph = package_graph()
+    assert [
+        f"{source} -> {target}"
+        for source, targets in sorted(graph.items())
+        if source.startswith("control")
+        for target in sorted(targets)
+        if target.split(".")[0] == "tools"
+    ] == []
 
 
 def layer_of(package: str) -> int | None:
@@ -153,8 +180,18 @@ def test_packages_import_only_their_own_layer_and_those_below() -> None:
 
 
 def test_an_upward_import_and_an_unplaced_package_are_found() -> None:
-    graph = {"control.tables": {"control.reconcile", "control.model"}, "control.x": {"dataplane"}}
-    assert upward(graph) == ["control.tables -> control.reconcile", "control.x -> dataplane"]
+    graph = {
+        "control.tables": {"control.reconcile", "control.model"},
+        "control.x": {"base"},
+        "dataplane": {"control.common"},
+        "control.daemon": {"tools.lab"},
+    }
+    assert upward(graph) == [
+        "control.daemon -> tools.lab",
+        "control.tables -> control.reconcile",
+        "control.x -> base",
+        "dataplane -> control.common",
+    ]
 
 
 def test_a_cycle_is_found() -> None:
