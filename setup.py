@@ -1,7 +1,8 @@
 """Maps the top-level folders onto the `meshwire` namespace (DESIGN.md §8).
 
-`control/` imports as `meshwire.control`, `dataplane/` as `meshwire.dataplane`
-and `proto/` as `meshwire.proto`; every subpackage found below them follows.
+`base/` imports as `meshwire.base`, `control/` as `meshwire.control`, `dataplane/` as
+`meshwire.dataplane`, `proto/` as `meshwire.proto` and `tools/` as `meshwire.tools`; every
+subpackage found below them follows.
 """
 
 from setuptools import find_packages, setup

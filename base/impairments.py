@@ -1,5 +1,5 @@
 """The one list of a link end's impairments, shared by the topology model
-(control/model/emulation.py) and the workers' emulator (emulator.py). Plain
+(control/model/emulation.py) and the workers' emulator (dataplane/emulator.py). Plain
 data: importing it loads no C extension."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True, slots=True)
 class Params:
-    """A link end's impairments as the worker receives them (model/emulation.py's fields)."""
+    """A link end's impairments as the worker receives them (the fields of
+    control/model/emulation.py)."""
 
     delay_ms: float = 0.0
     jitter_ms: float = 0.0

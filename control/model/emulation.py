@@ -50,7 +50,7 @@ class EmulationError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Impairments(Params):
     """A link end's impairments as the topology gives them: the fields the workers'
-    emulator takes (dataplane/impairments.Params, the one list of them), read and
+    emulator takes (base/impairments.Params, the one list of them), read and
     written as a user does. Falsy when nothing is set."""
 
     def to_dict(self) -> dict[str, float]:

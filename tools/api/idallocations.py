@@ -1,7 +1,7 @@
 """The REST resource `idallocations.meshwire.dev/v1alpha1`, cluster-scoped: list, watch,
 get, create, replace, delete.
 
-It holds the daemons' id slots (`common/slots.py`); on a real cluster
+It holds the daemons' id slots (`control/common/slots.py`); on a real cluster
 `deploy/crd-idallocations.yaml` defines the same resource. Semantics are those
 of `handlers.py` for a CRD without a status subresource: create is 201 (409
 AlreadyExists for a taken name), replace with a stale

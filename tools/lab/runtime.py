@@ -99,7 +99,7 @@ class MeshwireRuntime:
 
 
 def load_lab_file(path: Path) -> list[Topology]:
-    """meshnet YAML, containerlab or KNE (`model/load.py`); LoadError becomes LabError."""
+    """meshnet YAML, containerlab or KNE (`control/model/load.py`); LoadError becomes LabError."""
     try:
         return load_file(path)
     except LoadError as exc:

@@ -1,7 +1,7 @@
 """What runs in a lab's pods: each pod's holder, its `cmd` and its `exec` commands.
 
 Every pod has a holder (holder.py): its hostname, files and PID namespace.
-A pod whose lab file gives software (model/podspec.py, kept in the state's
+A pod whose lab file gives software (control/model/podspec.py, kept in the state's
 `software` by pod key) also runs:
 
 - `cmd`, started right after the holder, as the process `cmd/<ns>/<pod>` of

@@ -133,7 +133,7 @@ class LabState:
     processes: list[ProcessRecord] = field(default_factory=list)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     pods: dict[str, PodRecord] = field(default_factory=dict)
-    # What each pod runs (model/podspec.py `PodSpec.to_dict`), by pod key; a pod that
+    # What each pod runs (control/model/podspec.py `PodSpec.to_dict`), by pod key; a pod that
     # runs nothing is not here. Fixed for the lab's life.
     software: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Pods with an image: the containerd they run in, each spec's `image` by the reference
