@@ -16,10 +16,16 @@
  * /run/meshwire/cni.sock. An empty "cniVersion" is as good as none: error
  * results then carry the latest version.
  *
+ * The config and the answer are read as JSON only if they are JSON by RFC 8259:
+ * UTF-8, numbers and literals by its grammar (no NaN), nested at most MAX_DEPTH.
+ * A config that is not has no fields here (the daemon answers it with code 6);
+ * a socket path or cniVersion holding NUL or a lone surrogate is absent.
+ *
  * VERSION is answered locally. A daemon that cannot be reached, or that closes
  * without a complete answer, is CNI error 11 (try again later); an answer that
  * is not {"exit": 0..255, "stdout": string} is CNI error 5. Errors go to stdout
- * as CNI error JSON with exit 1, as the spec asks.
+ * as CNI error JSON with exit 1, as the spec asks, ASCII-only as the twin's
+ * json.dumps writes them (bytes that are not UTF-8 as \udcXX).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -93,36 +99,113 @@ static void buf_puts(struct buf *b, const char *s)
     buf_put(b, s, strlen(s));
 }
 
+/* The letter of the JSON short escape of code point c (" \ \b \f \n \r \t), or 0. */
+static char short_escape(unsigned c)
+{
+    static const char plain[] = "\"\\\b\f\n\r\t", letter[] = "\"\\bfnrt";
+    const char *at = c && c < 0x80 ? strchr(plain, (int)c) : NULL;
+    return at ? letter[at - plain] : 0;
+}
+
+/* Appends \uXXXX (lowercase hex) for the UTF-16 code unit u. */
+static void buf_put_u_escape(struct buf *b, unsigned u)
+{
+    static const char hex[] = "0123456789abcdef";
+    char esc[6] = {'\\', 'u', hex[u >> 12 & 15], hex[u >> 8 & 15], hex[u >> 4 & 15], hex[u & 15]};
+    buf_put(b, esc, sizeof esc);
+}
+
 /* Appends s as a JSON string exactly as Python's json.dumps(ensure_ascii=False):
  * short escapes for " \ \b \f \n \r \t, \u00xx (lowercase) for other control
  * bytes, every other byte (UTF-8 or not) unchanged. */
 static void buf_put_json_string(struct buf *b, const char *s, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
     buf_put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        char esc[7] = {'\\', 0, 0, 0, 0, 0, 0};
-        size_t esc_len = 2;
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        default:
-            if (c >= 0x20) {
-                buf_put(b, &s[i], 1);
-                continue;
-            }
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            esc_len = 6;
+        char esc[2] = {'\\', short_escape(c)};
+        if (esc[1]) {
+            buf_put(b, esc, 2);
+        } else if (c < 0x20) {
+            buf_put_u_escape(b, c);
+        } else {
+            buf_put(b, &s[i], 1);
         }
-        buf_put(b, esc, esc_len);
+    }
+    buf_put(b, "\"", 1);
+}
+
+/* The length of the UTF-8 sequence at s[0..n), 1..4, with its code point in *cp;
+ * 0 if none starts there: strict as Python's decoder (no overlong forms, no
+ * surrogates, nothing past U+10FFFF). */
+static size_t utf8_char(const unsigned char *s, size_t n, unsigned *cp)
+{
+    size_t len;
+    unsigned min;
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        len = 2, min = 0x80, *cp = s[0] & 0x1Fu;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        len = 3, min = 0x800, *cp = s[0] & 0x0Fu;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        len = 4, min = 0x10000, *cp = s[0] & 0x07u;
+    } else {
+        return 0;
+    }
+    if (n < len) {
+        return 0;
+    }
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            return 0;
+        }
+        *cp = (*cp << 6) | (s[i] & 0x3Fu);
+    }
+    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp < 0xE000)) {
+        return 0;
+    }
+    return len;
+}
+
+static int utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0, len; i < n; i += len) {
+        unsigned cp;
+        if (!(len = utf8_char(p + i, n - i, &cp))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Appends s as Python's json.dumps (ensure_ascii) writes the str that s decodes to
+ * with surrogateescape: short escapes for " \ \b \f \n \r \t, printable ASCII
+ * unchanged, every other character as lowercase \uXXXX (a surrogate pair above
+ * U+FFFF), each byte that is not UTF-8 as \udcXX. */
+static void buf_put_json_ascii(struct buf *b, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    buf_put(b, "\"", 1);
+    for (size_t i = 0, len; i < n; i += len) {
+        unsigned cp;
+        if (!(len = utf8_char(p + i, n - i, &cp))) {
+            len = 1, cp = 0xDC00u | p[i];
+        }
+        char esc[2] = {'\\', short_escape(cp)};
+        if (esc[1]) {
+            buf_put(b, esc, 2);
+        } else if (cp >= 0x20 && cp < 0x7F) {
+            buf_put(b, &p[i], 1);
+        } else if (cp < 0x10000) {
+            buf_put_u_escape(b, cp);
+        } else {
+            buf_put_u_escape(b, 0xD800 + ((cp - 0x10000) >> 10));
+            buf_put_u_escape(b, 0xDC00 + ((cp - 0x10000) & 0x3FF));
+        }
     }
     buf_put(b, "\"", 1);
 }
@@ -266,6 +349,42 @@ static int scan_string(struct scan *s, struct buf *out)
 
 static int skip_value(struct scan *s, int depth);
 
+static int skip_digits(struct scan *s)
+{
+    const char *start = s->p;
+    while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
+        s->p++;
+    }
+    return s->p > start ? 0 : -1;
+}
+
+/* A number as RFC 8259 writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int skip_number(struct scan *s)
+{
+    if (s->p < s->end && *s->p == '-') {
+        s->p++;
+    }
+    if (s->p < s->end && *s->p == '0') {
+        s->p++;
+    } else if (skip_digits(s) < 0) {
+        return -1;
+    }
+    if (s->p < s->end && *s->p == '.') {
+        s->p++;
+        if (skip_digits(s) < 0) {
+            return -1;
+        }
+    }
+    if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+        s->p++;
+        if (s->p < s->end && (*s->p == '+' || *s->p == '-')) {
+            s->p++;
+        }
+        return skip_digits(s);
+    }
+    return 0;
+}
+
 /* Scans the members of an object at s->p. If key is not NULL, *found is set to
  * the value of the last member named key (the one a JSON parser keeps). */
 static int scan_object(struct scan *s, int depth, const char *key, struct scan *found)
@@ -347,13 +466,15 @@ static int skip_value(struct scan *s, int depth)
             return -1;
         }
     }
-    /* numbers and literals: not interpreted, only delimited */
-    const char *start = s->p;
-    while (s->p < s->end && (strchr("+-.", *s->p) || (*s->p >= '0' && *s->p <= '9') ||
-                             (*s->p >= 'a' && *s->p <= 'z') || (*s->p >= 'A' && *s->p <= 'Z'))) {
-        s->p++;
+    static const char *const literals[] = {"true", "false", "null"};
+    for (size_t i = 0; i < 3; i++) {
+        size_t n = strlen(literals[i]);
+        if ((size_t)(s->end - s->p) >= n && memcmp(s->p, literals[i], n) == 0) {
+            s->p += n;
+            return 0;
+        }
     }
-    return s->p > start ? 0 : -1;
+    return skip_number(s);
 }
 
 /* Finds the top-level member `key` of the JSON object doc[0..len). Returns 1 and
@@ -362,6 +483,9 @@ static int find_member(const char *doc, size_t len, const char *key, struct scan
 {
     struct scan s = {doc, doc + len};
     struct scan found = {NULL, NULL};
+    if (!utf8_valid(doc, len)) {
+        return 0;
+    }
     skip_ws(&s);
     if (s.p >= s.end || *s.p != '{' || scan_object(&s, 0, key, &found) < 0) {
         return 0;
@@ -375,8 +499,9 @@ static int find_member(const char *doc, size_t len, const char *key, struct scan
 }
 
 /* The top-level string member `key` of doc, unescaped into out (NUL-terminated);
- * 0 if absent, not a string, empty, or containing a NUL byte: an empty string
- * counts as absent, as in the Python twin. */
+ * 0 if absent, not a string, empty, or containing a NUL byte or a lone surrogate
+ * (escaped; not UTF-8 once unescaped): an empty string counts as absent, as in
+ * the Python twin. */
 static int top_level_string(const struct buf *doc, const char *key, struct buf *out)
 {
     struct scan value;
@@ -384,7 +509,8 @@ static int top_level_string(const struct buf *doc, const char *key, struct buf *
     if (!doc->len || !find_member(doc->data, doc->len, key, &value)) {
         return 0;
     }
-    if (scan_string(&value, out) < 0 || !out->len || memchr(out->data, '\0', out->len)) {
+    if (scan_string(&value, out) < 0 || !out->len || memchr(out->data, '\0', out->len) ||
+        !utf8_valid(out->data, out->len)) {
         return 0;
     }
     return 1;
@@ -401,13 +527,13 @@ static int print_error(const char *version, int code, const char *msg, const cha
     buf_puts(&details, reason);
     snprintf(number, sizeof number, "%d", code);
     buf_puts(&out, "{\"cniVersion\": ");
-    buf_put_json_string(&out, version, strlen(version));
+    buf_put_json_ascii(&out, version, strlen(version));
     buf_puts(&out, ", \"code\": ");
     buf_puts(&out, number);
     buf_puts(&out, ", \"msg\": ");
-    buf_put_json_string(&out, msg, strlen(msg));
+    buf_put_json_ascii(&out, msg, strlen(msg));
     buf_puts(&out, ", \"details\": ");
-    buf_put_json_string(&out, details.data, details.len);
+    buf_put_json_ascii(&out, details.data, details.len);
     buf_puts(&out, "}\n");
     fwrite(out.data, 1, out.len, stdout);
     free(out.data);
@@ -495,7 +621,9 @@ static int reproduce(const struct buf *answer, const char *version, const char *
     if (find_member(answer->data, answer->len, "exit", &exit_at) &&
         find_member(answer->data, answer->len, "stdout", &stdout_at) &&
         scan_string(&stdout_at, &text) == 0) {
-        const char *p = exit_at.p;
+        /* -0 is 0, as JSON reads it; the scanner has checked the number's grammar. */
+        int negative = exit_at.p < exit_at.end && exit_at.p[0] == '-';
+        const char *p = exit_at.p + negative;
         long code = 0;
         int digits = 0;
         while (p < exit_at.end && *p >= '0' && *p <= '9' && digits < 4) {
@@ -503,7 +631,7 @@ static int reproduce(const struct buf *answer, const char *version, const char *
             digits++;
         }
         int ends = p == exit_at.end || strchr(" \t\r\n,}", *p);
-        if (digits && ends && code <= 255 && !(digits > 1 && exit_at.p[0] == '0')) {
+        if (digits && ends && code <= 255 && !(negative && code)) {
             fwrite(text.data ? text.data : "", 1, text.len, stdout);
             free(text.data);
             return (int)code;

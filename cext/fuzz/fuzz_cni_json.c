@@ -3,7 +3,7 @@
  *
  * Input: a network config, as the shim reads it from stdin. The top-level strings
  * "cniVersion" and "meshwire_socket" are looked up: a string found is unescaped,
- * never longer than the document and free of NUL bytes.
+ * never longer than the document, free of NUL bytes and valid UTF-8.
  */
 #define main meshwire_cni_shim_main
 #include "../cni_shim.c"
@@ -18,7 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     buf_put(&doc, data, size);
     for (size_t i = 0; i < 2; i++) {
         if (top_level_string(&doc, keys[i], &field) &&
-            (field.len > doc.len || (field.data && memchr(field.data, 0, field.len))))
+            (field.len > doc.len || (field.data && memchr(field.data, 0, field.len)) ||
+             !utf8_valid(field.data, field.len)))
             abort();
     }
     free(doc.data);

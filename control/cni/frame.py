@@ -15,6 +15,13 @@ Socket selection (both shims): env `MESHWIRE_CNI_SOCKET` if set and non-empty,
 else the network config's top-level string field `meshwire_socket` (written by
 `meshwire cni install` from the daemon's `cni.socket`), else `DEFAULT_SOCKET`.
 The environment wins so an operator can point one invocation elsewhere by hand.
+
+Both shims read the config and the answer as JSON only if they are JSON by
+RFC 8259 (`shim_json`): UTF-8, no NaN, nested at most `MAX_SHIM_DEPTH` deep
+(the C scanner's bound). A config that is not has no fields for the shim, which
+forwards it all the same (the daemon answers code 6). A `meshwire_socket` or
+`cniVersion` holding NUL or a lone surrogate (`"\\ud800"`) is absent: no path
+or version has one.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from meshwire.control.cni.protocol import (
     LATEST_VERSION,
@@ -30,6 +38,7 @@ from meshwire.control.cni.protocol import (
     ErrorCode,
     Response,
     error_response,
+    loads_json,
 )
 
 DEFAULT_SOCKET = "/run/meshwire/cni.sock"
@@ -41,6 +50,9 @@ FRAME_VERSION = 1
 MAX_FRAME_BYTES = 8 << 20
 # sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
+# The C shim's scanner recurses once per level: deeper documents are malformed for
+# both shims, whatever depth this interpreter's parser would reach.
+MAX_SHIM_DEPTH = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +67,14 @@ def encode_request(env: Mapping[str, str], stdin: bytes) -> bytes:
     """The request frame for a shim's environment (only CNI_* is kept) and stdin.
 
     Bytes that are not UTF-8 pass through unchanged (surrogateescape), exactly
-    as the C shim copies them; the daemon rejects them with code 6.
+    as the C shim copies them; the daemon rejects them with code 6. Names sort
+    by their bytes, as the C shim sorts them: a name that is not UTF-8 sorts
+    elsewhere by code point.
     """
-    cni_env = {name: env[name] for name in sorted(env) if name.startswith("CNI_")}
+    cni_env = {name: env[name] for name in sorted(env, key=_os_bytes) if name.startswith("CNI_")}
     body = {"v": FRAME_VERSION, "env": cni_env, "stdin": stdin.decode("utf-8", "surrogateescape")}
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", "surrogateescape") + b"\n"
+    return _os_bytes(text) + b"\n"
 
 
 def decode_request(frame: bytes) -> ShimRequest:
@@ -72,7 +86,7 @@ def decode_request(frame: bytes) -> ShimRequest:
             "is not UTF-8 (the network config on stdin or a CNI_* variable)", str(exc)
         ) from None
     try:
-        body = json.loads(text)
+        body = loads_json(text)
     except (ValueError, RecursionError) as exc:
         raise _malformed("is not JSON", str(exc)) from None
     if not isinstance(body, dict) or body.get("v") != FRAME_VERSION:
@@ -106,10 +120,7 @@ def shim_outcome(frame: bytes, socket: str, cni_version: str) -> Response:
             f"socket {socket}",
         )
         return error_response(error, cni_version)
-    try:
-        body = json.loads(frame)
-    except (ValueError, RecursionError):
-        body = None
+    body = shim_json(frame)
     if isinstance(body, dict):
         code, stdout = body.get("exit"), body.get("stdout")
         if type(code) is int and 0 <= code <= 255 and isinstance(stdout, str):
@@ -150,15 +161,44 @@ def error_version(stdin: bytes | str) -> str:
     return version if version in SUPPORTED_VERSIONS else LATEST_VERSION
 
 
-def _top_level_string(stdin: bytes | str, key: str) -> str:
-    if isinstance(stdin, bytes):
-        stdin = stdin.decode("utf-8", "surrogateescape")
+def shim_json(document: bytes | str) -> Any:
+    """`document` parsed as a shim parses it (module docstring), or None if it is not JSON."""
     try:
-        config = json.loads(stdin)
+        text = document.decode("utf-8") if isinstance(document, bytes) else document
+        value = loads_json(text)
     except (ValueError, RecursionError):
-        return ""
+        return None
+    return value if _depth_within(value, MAX_SHIM_DEPTH) else None
+
+
+def _depth_within(document: Any, limit: int) -> bool:
+    """Whether no value of `document` sits in more than `limit` arrays and objects."""
+    stack = [(document, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+    return True
+
+
+def _top_level_string(stdin: bytes | str, key: str) -> str:
+    config = shim_json(stdin)
     value = config.get(key) if isinstance(config, dict) else None
-    return value if isinstance(value, str) and "\x00" not in value else ""
+    if not isinstance(value, str) or "\x00" in value:
+        return ""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, escaped
+        return ""
+    return value
+
+
+def _os_bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _malformed(problem: str, details: str = "") -> CniError:

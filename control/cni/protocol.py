@@ -218,7 +218,7 @@ def _config(stdin: str) -> dict[str, Any]:
     if not stdin.strip():
         raise _decode_error("network config on stdin is empty")
     try:
-        config = json.loads(stdin)
+        config = loads_json(stdin)
     except (ValueError, RecursionError) as exc:
         raise _decode_error("network config on stdin is not JSON", str(exc)) from None
     if not isinstance(config, dict):
@@ -244,6 +244,16 @@ def _version(config: Mapping[str, Any], command: Command) -> str:
             f"CNI {command} needs cniVersion {since} or later, the network config has {version}",
         )
     return version
+
+
+def loads_json(text: str) -> Any:
+    """`text` parsed as RFC 8259 JSON, which the CNI spec's configs are: as
+    json.loads, but NaN, Infinity and -Infinity are not JSON (ValueError)."""
+    return json.loads(text, parse_constant=_not_json)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _valid_attachments(config: Mapping[str, Any]) -> tuple[Attachment, ...]:

@@ -4,8 +4,9 @@
 back exactly as written), with `metadata.namespace` filled in from the URL.
 It raises `BadRequest` (400) for a body addressed to another kind, namespace or
 name than the URL, and `Invalid` (422) naming the offending field
-(`spec.links[3].uid`) for an object the Topology model cannot read or with a
-link that `validate_topology` rejects. That is stricter than a cluster running
+(`spec.links[3].uid`) for an object the Topology model cannot read, with a
+link that `validate_topology` rejects, or nested deeper than the store keeps
+(`jsonio.MAX_DEPTH`; a patch can make it so). That is stricter than a cluster running
 meshnet's CRD, whose schema checks only types: there a bad link is accepted and
 reported in the object's status by the daemon.
 """
@@ -18,10 +19,12 @@ from typing import Any
 from meshwire.control.model.names import dns_label_problem, dns_subdomain_problem
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, ModelError, Topology
 from meshwire.control.model.validate import validate_topology
-from meshwire.tools.api import errors
+from meshwire.tools.api import errors, jsonio
 
 # A field path token in a ModelError message: `spec.links[3]`, `uid`.
 _FIELD = re.compile(r"[A-Za-z_][\w.\[\]]*")
+# An annotation in a ModelError message: `metadata.annotation meshwire.dev/emulation`.
+_ANNOTATION = re.compile(r"metadata\.annotation (\S+)")
 
 
 def admit(body: Any, namespace: str, name: str | None = None) -> dict[str, Any]:
@@ -58,6 +61,10 @@ def admit(body: Any, namespace: str, name: str | None = None) -> dict[str, Any]:
     if problem is not None:
         raise errors.invalid(object_name, "metadata.namespace", f"metadata.namespace: {problem}")
     obj = {**body, "metadata": {**meta, "namespace": namespace}}
+    where = jsonio.too_deep(obj)
+    if where is not None:
+        problem = f"{where}: nested deeper than {jsonio.MAX_DEPTH} levels"
+        raise errors.invalid(object_name, where, problem)
     try:
         topology = Topology.from_dict(obj)
     except ModelError as e:
@@ -80,10 +87,16 @@ def admit(body: Any, namespace: str, name: str | None = None) -> dict[str, Any]:
 
 
 def _field_of(message: str) -> str:
-    """The field path in a ModelError message "topology ns/n: spec.links[0]: uid: problem"."""
+    """The field path in a ModelError message "topology ns/n: spec.links[0]: uid: problem";
+    an annotation is named as kube names it, `metadata.annotations[meshwire.dev/emulation]`
+    (what its JSON value holds is not a field)."""
     parts = message.split(": ")[1:]
     fields: list[str] = []
     for part in parts[:-1]:
+        annotation = _ANNOTATION.fullmatch(part)
+        if annotation:
+            fields.append(f"metadata.annotations[{annotation[1]}]")
+            break
         if not _FIELD.fullmatch(part):
             break
         fields.append(part)

@@ -107,6 +107,11 @@ class UnsupportedMediaType(ApiError):
     reason = "UnsupportedMediaType"
 
 
+class RequestEntityTooLarge(ApiError):
+    code = 413
+    reason = "RequestEntityTooLarge"
+
+
 class Invalid(ApiError):
     code = 422
     reason = "Invalid"

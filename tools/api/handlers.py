@@ -36,13 +36,20 @@ def _object_response(obj: dict[str, Any], status: int = 200) -> web.Response:
 
 
 async def _json_body(request: web.Request) -> Any:
-    text = await request.text()
-    if not text:
+    # Bytes, not text: orjson refuses what is not UTF-8 as any other JSON error.
+    data = await request.read()
+    if not data:
         return None
     try:
-        return jsonio.loads(text)
+        body = jsonio.loads(data)
     except ValueError as e:
         raise errors.BadRequest(f"the request body is not JSON: {e}") from e
+    where = jsonio.too_deep(body)
+    if where is not None:
+        raise errors.BadRequest(
+            f"the request body is nested deeper than {jsonio.MAX_DEPTH} levels at {where}"
+        )
+    return body
 
 
 def _integer(request: web.Request, name: str) -> int | None:

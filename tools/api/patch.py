@@ -7,16 +7,21 @@
 
 Strategic merge patch is refused with 415, as kube-apiserver refuses it for
 custom resources. A malformed patch raises `BadRequest` naming the operation
-and path; a failed `test` operation raises `Invalid` (422), as kube does.
+and path; a failed `test` operation raises `Invalid` (422), as kube does, its
+cause naming the operation's path.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from meshwire.control.common.media import JSON_PATCH, MERGE_PATCH
 from meshwire.tools.api import errors
+
+# An array index in a JSON pointer (RFC 6901): ASCII digits, no leading zero.
+_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]*")
 
 
 def apply(content_type: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:
@@ -78,7 +83,10 @@ def _operation(doc: Any, op: dict[str, Any], where: str) -> Any:
         return _add(doc, path, copy.deepcopy(op["value"]), where)
     if kind == "test":
         if _get(doc, path, where) != op["value"]:
-            raise errors.Invalid(f"{where}: test failed")
+            # The field is the operation's path as the client wrote it (a JSON pointer).
+            field = op["path"] or "(the whole object)"
+            cause = {"reason": "FieldValueInvalid", "message": "test failed", "field": field}
+            raise errors.Invalid(f"{where}: test failed", causes=[cause])
         return doc
     if kind in ("move", "copy"):
         source = _pointer(str(op.get("from", "")), where)
@@ -100,7 +108,7 @@ def _pointer(text: str, where: str) -> list[str]:
 def _index(container: list[Any], token: str, where: str, *, end_ok: bool) -> int:
     if end_ok and token == "-":
         return len(container)
-    if not token.isdigit() or int(token) > len(container) - (0 if end_ok else 1):
+    if not _ARRAY_INDEX.fullmatch(token) or int(token) > len(container) - (0 if end_ok else 1):
         raise errors.BadRequest(f"{where}: no list index {token!r}")
     return int(token)
 

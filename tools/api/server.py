@@ -261,4 +261,8 @@ async def _status_middleware(request: web.Request, handler: Handler) -> web.Stre
         )
     except web.HTTPMethodNotAllowed:
         error = errors.MethodNotAllowed(f"{request.method} is not supported on {request.path}")
+    except web.HTTPRequestEntityTooLarge:
+        error = errors.RequestEntityTooLarge(
+            f"the request body is larger than the limit, {request.client_max_size} bytes"
+        )
     return jsonio.response(error.status(), status=error.code)
