@@ -1,4 +1,4 @@
-"""The wire manager: control's state of every gRPC wire end on this node (DESIGN.md §5).
+"""The wire manager: control's state of every gRPC wire end on this node (docs/design.md §5).
 
 It owns control's TAP fds and the facts of state.py, and keeps three things
 equal to them:

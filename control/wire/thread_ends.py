@@ -1,4 +1,4 @@
-"""The wire manager's door for netlink threads (DESIGN.md §5).
+"""The wire manager's door for netlink threads (docs/design.md §5).
 
 The grpc link driver runs in netlink threads (pyroute2 cannot run on uvloop),
 while the wire manager lives on the event loop and never locks. `ThreadEnds`
