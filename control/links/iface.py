@@ -47,7 +47,7 @@ class Iface:
     info: dict[str, Any]
     # IFLA_GROUP: the interface group (0 is the kernel's default).
     group: int = 0
-    # Made a moment ago by this daemon (lifecycle.create_marked or create_and_place):
+    # Made a moment ago by this daemon (lifecycle.create_marked or create_and_rename):
     # it has no address yet but what the kernel gives every interface, so `converge`
     # need not read its addresses. False for anything read from the kernel.
     fresh: bool = False

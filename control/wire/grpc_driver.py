@@ -30,10 +30,10 @@ from meshwire.control.links import iface, podend, rtnl, tc
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.errors import LinkError, blame
 from meshwire.control.links.lifecycle import (
-    Placement,
+    RenameTarget,
     claim,
     clear_leftovers,
-    create_and_place,
+    create_and_rename,
 )
 from meshwire.control.links.names import Mark, NodeRole, Role, node_name, temp_name
 from meshwire.control.links.netns import CURRENT, Netns, NetnsGone, NotANetns, netlink, open_netns
@@ -145,7 +145,7 @@ class GrpcDriver:
                 ipr.rtnl.request(rtnl.no_ipv6_addresses(made.index))
 
         try:
-            (made,) = create_and_place(mark, create, [Placement(temp, ns, ipr, name)])
+            (made,) = create_and_rename(mark, create, [RenameTarget(temp, ns, ipr, name)])
         except BaseException:
             for fd in fds:
                 os.close(fd)
