@@ -83,8 +83,8 @@ from meshwire.control.reconcile.status_writer import DEFAULT_WRITE_BURST, DEFAUL
 from meshwire.tools.lab import netns, pods
 from meshwire.tools.lab.daemons import read_base
 from meshwire.tools.lab.down import down
+from meshwire.tools.lab.lab_names import LabNames, netns_path
 from meshwire.tools.lab.links import lab_links, topologies_of
-from meshwire.tools.lab.names import LabNames, netns_path
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.progress import LineProgress
 from meshwire.tools.lab.runtime import MeshwireRuntime

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pyroute2.netlink.exceptions import NetlinkError
 
 from . import iface, rtnl
-from .names import Mark, aside_name
+from .iface_names import Mark, aside_name
 from .netns import Netlink, Netns, NetnsGone, NotANetns, netlink, open_netns
 
 log = logging.getLogger(__name__)

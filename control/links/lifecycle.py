@@ -4,12 +4,12 @@ Creation: the kernel takes no alias at creation, so an interface created
 under its final name exists unmarked for a moment, and one left so by a
 crash would look foreign forever (a `SpecError` no retry can clear). So
 what netlink creates (veth, vxlan, macvlan) is created under its final name
-in the interface group `names.BUILD_GROUP`, with its MAC, then marked, taken
+in the interface group `iface_names.BUILD_GROUP`, with its MAC, then marked, taken
 out of the group and raised in one request (`create_marked`). A crash in
 between leaves a half-made interface (`Iface.half_made`): `claim` deletes it
 when its row needs the name, and pruning when no row does. A TAP (made by
 ioctl, which sets no group) is created under its row's temporary name
-(`names.temp_name`), marked, then renamed (`create_and_rename`); a leftover
+(`iface_names.temp_name`), marked, then renamed (`create_and_rename`); a leftover
 temporary name is removed by the row's next attempt or its deletion.
 
 Each interface is created right in its pod netns (IFLA_NET_NS_FD in the
@@ -27,8 +27,8 @@ from typing import Any
 
 from . import iface
 from .aside import Reaper
-from .errors import LinkError, SpecError
-from .names import Mark
+from .driver_errors import LinkError, SpecError
+from .iface_names import Mark
 from .netns import Netns, NetnsGone, NotANetns, netlink, open_netns
 
 
@@ -93,7 +93,7 @@ def clear_leftovers(ipr: Any, mark: Mark, temps: Sequence[str], where: str = "(h
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """An interface the create call makes as `name` in `netns`, in `names.BUILD_GROUP`;
+    """An interface the create call makes as `name` in `netns`, in `iface_names.BUILD_GROUP`;
     `ipr` is a netlink socket in `netns`."""
 
     netns: Netns
@@ -105,7 +105,7 @@ def create_marked(
     mark: Mark, create: Callable[[], object], targets: Sequence[Target]
 ) -> list[iface.Iface]:
     """Call `create` (it makes each target's interface under its final name, in
-    `names.BUILD_GROUP`, with its MAC), then mark each, take it out of the group
+    `iface_names.BUILD_GROUP`, with its MAC), then mark each, take it out of the group
     and raise it, in one request per interface; returns them as the kernel now has
     them (`fresh`: no address read back, none is there yet).
 

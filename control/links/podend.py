@@ -45,13 +45,13 @@ from meshwire.dataplane.tap import GSO_MAX_SIZE as TAP_GSO_MAX_SIZE
 from ..tables.links import End, LinkKind, LinkRow
 from . import iface, rtnl
 from .aside import Reaper
+from .iface_names import BUILD_GROUP, Mark, NodeRole, node_name, pod_peer_name
 from .lifecycle import Target, claim, create_marked
-from .names import BUILD_GROUP, Mark, NodeRole, node_name, pod_peer_name
 from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
 # Interface groups of node sides by their holder's kind ("mwh" + the kind's place);
-# names.BUILD_GROUP is another.
+# iface_names.BUILD_GROUP is another.
 HOLDER_BASE = 0x6D776800
 
 

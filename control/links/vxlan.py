@@ -30,9 +30,9 @@ from ..tables.links import LinkRow
 from . import iface, podend, rtnl, tc
 from .announce import Announcer
 from .aside import Reaper
-from .errors import SpecError, blame
+from .driver_errors import SpecError, blame
+from .iface_names import BUILD_GROUP, Mark, NodeRole, node_name
 from .lifecycle import Target, claim, create_marked
-from .names import BUILD_GROUP, Mark, NodeRole, node_name
 from .netns import CURRENT, NetnsGone, NotANetns, netlink, open_netns
 from .podend import Side
 

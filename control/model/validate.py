@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from meshwire.control.model import emulation
 from meshwire.control.model.macs import end_mac, mac_problem
-from meshwire.control.model.names import dns_subdomain_problem, interface_name_problem
+from meshwire.control.model.name_rules import dns_subdomain_problem, interface_name_problem
 from meshwire.control.model.topology import LOCALHOST, Link, Topology
 
 MIN_UID = 0

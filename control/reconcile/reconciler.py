@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.driver import LinkDriver
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 from meshwire.control.links.netns import CURRENT
 from meshwire.control.links.podend import node_interfaces
 from meshwire.control.reconcile.lanes import Lanes

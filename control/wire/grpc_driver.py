@@ -28,14 +28,14 @@ from typing import Any
 from meshwire.control.common.config import Config, default
 from meshwire.control.links import iface, podend, rtnl, tc
 from meshwire.control.links.aside import Reaper
-from meshwire.control.links.errors import LinkError, blame
+from meshwire.control.links.driver_errors import LinkError, blame
+from meshwire.control.links.iface_names import Mark, NodeRole, Role, node_name, temp_name
 from meshwire.control.links.lifecycle import (
     RenameTarget,
     claim,
     clear_leftovers,
     create_and_rename,
 )
-from meshwire.control.links.names import Mark, NodeRole, Role, node_name, temp_name
 from meshwire.control.links.netns import CURRENT, Netns, NetnsGone, NotANetns, netlink, open_netns
 from meshwire.control.links.podend import Side
 from meshwire.control.tables.links import LinkRow

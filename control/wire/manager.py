@@ -56,7 +56,7 @@ from typing import Protocol
 
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.announce import announce_at
-from meshwire.control.links.errors import LinkError, SpecError
+from meshwire.control.links.driver_errors import LinkError, SpecError
 from meshwire.control.tables.links import End, LinkRow, LinksTable
 from meshwire.control.wire.state import (
     Wire,

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from meshwire.control.links.errors import LinkError
+from meshwire.control.links.driver_errors import LinkError
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.types import TapRef

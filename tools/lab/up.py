@@ -39,8 +39,7 @@ from meshwire.tools.lab.cni import MARGIN
 from meshwire.tools.lab.errors import LabError
 from meshwire.tools.lab.forkserver import ForkServer
 from meshwire.tools.lab.kernel import Ends
-from meshwire.tools.lab.links import LabLink, lab_links
-from meshwire.tools.lab.names import (
+from meshwire.tools.lab.lab_names import (
     API_PORT,
     HUB_IP,
     LabNames,
@@ -48,6 +47,7 @@ from meshwire.tools.lab.names import (
     check_node_count,
     node_ip,
 )
+from meshwire.tools.lab.links import LabLink, lab_links
 from meshwire.tools.lab.nsexec import argv_for
 from meshwire.tools.lab.placement import load_placement, place
 from meshwire.tools.lab.probe import http_get, tcp_open, wait_until
