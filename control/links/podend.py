@@ -5,7 +5,7 @@ made once with the end's MAC, the row's MTU and address, the same GSO limit on
 every transport (`TAP_GSO_MAX_SIZE`), up and marked, and
 then never deleted, renamed, re-addressed or replaced while it is intact,
 whatever carries the link and whatever happens to the link. Its peer, the
-node side, is `names.pod_peer_name(namespace, pod, intf)` in the node's netns
+node side, is `iface_names.pod_peer_name(namespace, pod, intf)` in the node's netns
 (the daemon's), marked too, with no IPv6 address of its own (so it sends
 nothing into the pod). Transports attach to the node side (tc.py); the pod
 sees carrier exactly while the node side is up, which is how a pulled cable

@@ -1,7 +1,7 @@
 """vxlan: the peer pod runs on another node; a vxlan device in the node's netns.
 
 The pod holds a pod end (podend.py), `local.intf` in `local.netns`. The
-device, `names.node_name(row key, VXLAN)` in the node's netns, carries VNI
+device, `iface_names.node_name(row key, VXLAN)` in the node's netns, carries VNI
 `row.vni` to `row.peer_node_ip` on UDP port `port`, and is stitched to the
 pod end's node side (tc.py). A device whose VNI, remote or port differs from
 the row is deleted and built again (the kernel cannot change them in place)

@@ -229,8 +229,9 @@ def address_problem(value: str) -> str | None:
     return None
 
 
-# Re-deriving a pod re-checks the same links (Link is an immutable value); checking
-# one costs ~20 us, mostly address parsing, so a 1500-link pod would cost ~30 ms.
+# Re-deriving a pod re-checks the same links (Link is an immutable value), and
+# checking one is mostly address parsing: a pod with many links would pay for it
+# on every derivation.
 @functools.lru_cache(maxsize=1 << 16)
 def _link_problems(own_name: str, link: Link) -> tuple[tuple[str, str], ...]:
     return tuple(_each_link_problem(own_name, link))

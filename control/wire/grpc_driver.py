@@ -1,7 +1,7 @@
 """grpc: the workers carry the link; a persistent TAP in the node's netns, behind a pod end.
 
 The pod holds a pod end (links/podend.py), `local.intf` in `local.netns`. The
-TAP, `names.node_name(row key, TAP)` in the node's netns, marked, up and
+TAP, `iface_names.node_name(row key, TAP)` in the node's netns, marked, up and
 without an IPv6 address of its own, is stitched to the pod end's node side
 (links/tc.py). Its frames go through the dataplane workers: the driver hands
 one fd on the TAP to the wire manager (`WireEnds`), which passes it to the
