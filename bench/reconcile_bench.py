@@ -75,7 +75,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from meshwire.control.auth import token as tokens
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.cni_handler import ADD_TIMINGS
-from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.daemon.sandbox_store import Sandbox, SandboxStore
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import NetnsGone, NotANetns, identity_of, open_netns, socket_in
 from meshwire.control.model.topology import API_VERSION, GROUP, PLURAL, VERSION
@@ -174,7 +174,7 @@ def restore_pods(state: LabState, names: LabNames) -> None:
     for pod in state.pods.values():
         pod.container_id = pods.new_container_id()
         path = netns_path(pod.netns)
-        store.save(pod.key, Placement(pod.container_id, path, "", identity_of(path)))
+        store.save(pod.key, Sandbox(pod.container_id, path, "", identity_of(path)))
 
     def patch() -> None:
         api = api_client(state)
