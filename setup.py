@@ -1,4 +1,4 @@
-"""Maps the top-level folders onto the `meshwire` namespace (DESIGN.md §8).
+"""Maps the top-level folders onto the `meshwire` namespace (docs/design.md §8).
 
 `base/` imports as `meshwire.base`, `control/` as `meshwire.control`, `dataplane/` as
 `meshwire.dataplane`, `proto/` as `meshwire.proto` and `tools/` as `meshwire.tools`; every

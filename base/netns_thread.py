@@ -99,15 +99,15 @@ def _on_thread(enter: Callable[[], None], fn: Callable[[], T], label: str) -> T:
 class SocketMaker:
     """Makes sockets inside network namespaces on one long-lived thread.
 
-    `call_in_netns` starts and joins a thread per call: about 0.25 ms, more on
-    a loaded machine, which was a third of a veth's build (two netlink sockets
-    per pass). This thread instead enters the namespace asked for, makes the
-    socket, and goes back to the process's netns before it takes the next
-    request, so it never keeps a namespace alive (a thread's netns is a
-    reference to it) and runs nothing but socket() in a foreign one. Should
-    going back ever fail, the thread fails that request and every later one
-    goes through `call_in_netns`. Requests from many threads are served in
-    turn; the thread starts with the first and lives as long as the process.
+    `call_in_netns` starts and joins a thread per call, a large share of a
+    veth's build (two netlink sockets per pass). This thread instead enters the
+    namespace asked for, makes the socket, and goes back to the process's netns
+    before it takes the next request, so it never keeps a namespace alive (a
+    thread's netns is a reference to it) and runs nothing but socket() in a
+    foreign one. Should going back ever fail, the thread fails that request and
+    every later one goes through `call_in_netns`. Requests from many threads are
+    served in turn; the thread starts with the first and lives as long as the
+    process.
     """
 
     def __init__(self) -> None:

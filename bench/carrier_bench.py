@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshwire.control.links.netns import netlink, open_netns, socket_in
-from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.lab_names import netns_path
 from meshwire.tools.lab.state import LabDir
 
 NETNS_DIR = "/var/run/netns"

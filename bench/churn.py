@@ -78,8 +78,8 @@ from meshwire.tools.lab import ops, processes
 from meshwire.tools.lab.check import check_all
 from meshwire.tools.lab.errors import LabError
 from meshwire.tools.lab.kernel import Ends, netns_ends
+from meshwire.tools.lab.lab_names import LabNames
 from meshwire.tools.lab.links import LabLink, lab_links, topologies_of
-from meshwire.tools.lab.names import LabNames
 from meshwire.tools.lab.runtime import MeshwireRuntime
 from meshwire.tools.lab.state import LabDir, LabState
 

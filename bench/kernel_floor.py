@@ -32,7 +32,7 @@ from pathlib import Path
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import rtnl_at
 from meshwire.tools.lab import netns
-from meshwire.tools.lab.names import resolve
+from meshwire.tools.lab.lab_names import resolve
 
 # Room for 2**14 pairs, each its own /30; inside the floor's own namespaces.
 BASE = ipaddress.IPv4Address("10.64.0.0")

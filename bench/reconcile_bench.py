@@ -75,7 +75,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from meshwire.control.auth import token as tokens
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.cni_handler import ADD_TIMINGS
-from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.daemon.sandbox_store import Sandbox, SandboxStore
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import NetnsGone, NotANetns, identity_of, open_netns, socket_in
 from meshwire.control.model.topology import API_VERSION, GROUP, PLURAL, VERSION
@@ -83,8 +83,8 @@ from meshwire.control.reconcile.status_writer import DEFAULT_WRITE_BURST, DEFAUL
 from meshwire.tools.lab import netns, pods
 from meshwire.tools.lab.daemons import read_base
 from meshwire.tools.lab.down import down
+from meshwire.tools.lab.lab_names import LabNames, netns_path
 from meshwire.tools.lab.links import lab_links, topologies_of
-from meshwire.tools.lab.names import LabNames, netns_path
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.progress import LineProgress
 from meshwire.tools.lab.runtime import MeshwireRuntime
@@ -174,7 +174,7 @@ def restore_pods(state: LabState, names: LabNames) -> None:
     for pod in state.pods.values():
         pod.container_id = pods.new_container_id()
         path = netns_path(pod.netns)
-        store.save(pod.key, Placement(pod.container_id, path, "", identity_of(path)))
+        store.save(pod.key, Sandbox(pod.container_id, path, "", identity_of(path)))
 
     def patch() -> None:
         api = api_client(state)

@@ -61,7 +61,7 @@ from kubernetes import client
 from meshwire.control.auth import token as tokens
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.tools.lab import netns, pods, processes
-from meshwire.tools.lab.names import API_PORT, HUB_IP, LabNames
+from meshwire.tools.lab.lab_names import API_PORT, HUB_IP, LabNames
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.runtime import MeshwireRuntime
 from meshwire.tools.lab.state import LabDir, LabState, PodRecord

@@ -1,4 +1,4 @@
-/* The Wire service's transport (proto/meshwire.proto, DESIGN.md §5): gRPC over HTTP/2,
+/* The Wire service's transport (proto/meshwire.proto, docs/design.md §5): gRPC over HTTP/2,
  * through nghttp2, with the frames moving in C. cffi reads every line not starting
  * with '#'.
  *

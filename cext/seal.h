@@ -1,4 +1,4 @@
-/* The wire's record layer (DESIGN.md §10): after the authenticated preface
+/* The wire's record layer (docs/design.md §10): after the authenticated preface
  * (dataplane/preface.py) every byte of the connection, both ways, travels in sealed
  * records, so a man on the path can neither read (with `encrypt`), alter, inject,
  * drop, reorder nor replay a byte without the connection failing. cffi reads every

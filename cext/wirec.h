@@ -1,4 +1,4 @@
-/* The gRPC wire's batching codec (DESIGN.md §5), shared by cffi (cext/wirec_build.py
+/* The gRPC wire's batching codec (docs/design.md §5), shared by cffi (cext/wirec_build.py
  * feeds every line not starting with '#' to cdef) and wirec.c.
  *
  * Batch format: [wire id u32][len u16][frame]... in network byte order; batchmsg.h

@@ -1,6 +1,6 @@
 """The batch format of the gRPC wire, in pure Python: the reference for the C codec.
 
-A batch is `[wire id u32][len u16][frame]...` in network byte order (DESIGN.md §5);
+A batch is `[wire id u32][len u16][frame]...` in network byte order (docs/design.md §5);
 the wire id is the receiver's. On the data path C packs (`cext/wirec.c`) and
 unpacks (`cext/batchmsg.c`) batches; tests check both agree with this byte for byte.
 """

@@ -3,7 +3,7 @@
 Each accepted connection gets a C receiver (cext/h2receiver.c) that speaks gRPC
 over HTTP/2, decodes the Batch messages of every call on it as they arrive and
 writes each frame to its wire's TAP; this shell only accepts and relays socket
-events (watch.py). A frame for a wire the worker lacks, or one of another
+events (fd_watch.py). A frame for a wire the worker lacks, or one of another
 topology namespace than its call's, is dropped and counted by the table. A
 message that breaks the Batch format is counted and skipped; the stream goes
 on, so one bad sender never stalls other wires.
@@ -33,7 +33,7 @@ from typing import Any
 from meshwire.base import hostport
 from meshwire.dataplane import preface, tcp
 from meshwire.dataplane._wirec import ffi, lib
-from meshwire.dataplane.watch import Watch
+from meshwire.dataplane.fd_watch import FdWatch
 from meshwire.dataplane.wirec import WireTable
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ class _Connection:
         if session is not None:
             lib.mw_receiver_bind(self._receiver, hostport.canonical(session.peer).encode())
         receiver = self._receiver
-        self._watch = Watch(
+        self._watch = FdWatch(
             self._fd,
             lambda: int(lib.mw_receiver_on_readable(receiver)),
             lambda: int(lib.mw_receiver_on_writable(receiver)),

@@ -4,7 +4,7 @@ The call itself runs in C (cext/h2sender.c): it reads the TAPs, packs their
 frames into Batch messages and writes them as HTTP/2 DATA frames, one message
 per batch, each sent as soon as no TAP is readable, so at low load a frame goes
 out alone and at once and under load batches fill up. This shell connects,
-hands the C call its events (watch.py) and reconnects when the call fails.
+hands the C call its events (fd_watch.py) and reconnects when the call fails.
 
 The TAP fds of the stream's wires sit in one epoll set, and only that epoll fd
 is watched by the event loop, so arming and disarming costs one call however
@@ -27,8 +27,8 @@ from typing import Any
 from meshwire.base import hostport
 from meshwire.dataplane import preface, tcp
 from meshwire.dataplane._wirec import ffi, lib
+from meshwire.dataplane.fd_watch import FdWatch
 from meshwire.dataplane.streams import StreamKey
-from meshwire.dataplane.watch import Watch
 from meshwire.dataplane.wirec import BatchReader, WireTable
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class Sender:
         self._epoll = select.epoll()
         self._reader = BatchReader(batch_bytes, batch_frames)
         self._call: Any = ffi.NULL
-        self._watch: Watch | None = None
+        self._watch: FdWatch | None = None
         self._batches_before = 0  # messages sent by the calls that ended
         self._closing = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"sender {key}")
@@ -181,7 +181,7 @@ class Sender:
             lib.mw_sender_free(call)
             raise MemoryError(f"stream {self.key}: no memory for a call's record keys")
         over = asyncio.get_running_loop().create_future()
-        watch = Watch(
+        watch = FdWatch(
             sock.fileno(),
             lambda: int(lib.mw_sender_on_readable(call)),
             lambda: int(lib.mw_sender_on_writable(call)),

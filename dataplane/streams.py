@@ -1,4 +1,4 @@
-"""Outgoing streams, refcounted by the wires that use them (DESIGN.md §5).
+"""Outgoing streams, refcounted by the wires that use them (docs/design.md §5).
 
 A worker sends the frames of all its wires towards one (topology namespace,
 peer node, peer worker port) on one stream. A stream is opened by the first

@@ -1,4 +1,4 @@
-"""Persistent TAPs: the pod-side end of a gRPC wire (DESIGN.md §4, §5).
+"""Persistent TAPs: the pod-side end of a gRPC wire (docs/design.md §4, §5).
 
 A TAP is created persistent, so it outlives the fd that made it: the daemon and
 its workers can restart and re-attach by name (`open_tap` on an existing TAP

@@ -1,4 +1,4 @@
-"""A dataplane worker process: moves the frames of its gRPC wires (DESIGN.md §1, §5).
+"""A dataplane worker process: moves the frames of its gRPC wires (docs/design.md §1, §5).
 
 Control starts it as a fresh interpreter (`python -m meshwire.dataplane.worker
 --control-fd N --config JSON`, see handle.py): never a bare fork, since control

@@ -26,7 +26,7 @@ from meshwire.control.model.topology import API_VERSION, GROUP, KIND, PLURAL, VE
 from meshwire.control.tables.table import Table
 from meshwire.tools.api.server import ApiServer
 from meshwire.tools.lab import netns
-from meshwire.tools.lab.names import resolve
+from meshwire.tools.lab.lab_names import resolve
 from tests.api_helpers import serving as api_serving
 
 # Generous: a bounded wait for a condition, never a timing assertion.

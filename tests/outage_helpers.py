@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lab_helpers import Lab, unique_lab
 
-from meshwire.tools.lab.names import LabNames, node_ip
+from meshwire.tools.lab.lab_names import LabNames, node_ip
 from meshwire.tools.lab.nsexec import argv_for
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.runtime import meshwire_argv

@@ -46,8 +46,8 @@ from meshwire.control.common.clock import FakeClock
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.links.driver import OwnedInterface
-from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.links.names import parse_mark
+from meshwire.control.links.driver_errors import LinkError, SpecError
+from meshwire.control.links.iface_names import parse_mark
 from meshwire.control.model.topology import Link, Topology, TopologyStatus
 from meshwire.control.reconcile.derive import NodeView
 from meshwire.control.reconcile.desired import DesiredLinks

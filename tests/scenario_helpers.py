@@ -42,8 +42,8 @@ from meshwire.control.auth import certs
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.app import Daemon
 from meshwire.tools.lab import netns, ops, pods, processes, up
+from meshwire.tools.lab.lab_names import LabNames
 from meshwire.tools.lab.links import LabLink, lab_links, topologies_of
-from meshwire.tools.lab.names import LabNames
 from meshwire.tools.lab.nsexec import argv_for
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.runtime import MeshwireRuntime, meshwire_argv

@@ -12,7 +12,7 @@ import yaml
 
 from meshwire.control.model.topology import PLURAL
 from meshwire.tools.api.server import ApiServer
-from meshwire.tools.client import apply, delete
+from meshwire.tools.client import apply_command, delete_command
 from tests.api_helpers import (
     FIXTURES,
     TOPOLOGIES,
@@ -56,12 +56,12 @@ def names(listed: dict[str, Any]) -> list[str]:
 
 
 async def run_apply(*argv: str) -> int:
-    code: int = await call(apply.main, list(argv))
+    code: int = await call(apply_command.main, list(argv))
     return code
 
 
 async def run_delete(*argv: str) -> int:
-    code: int = await call(delete.main, list(argv))
+    code: int = await call(delete_command.main, list(argv))
     return code
 
 

@@ -20,7 +20,7 @@ from meshwire.control.auth import token as tokens
 from meshwire.control.informer.client import make_api_client
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.tools.api.server import ApiServer
-from meshwire.tools.client import apply
+from meshwire.tools.client import apply_command
 from tests.api_helpers import call, private_server, topology
 
 TOKEN = "lab-token-0123456789"
@@ -85,8 +85,8 @@ async def test_the_daemons_client_and_apply_present_the_token_from_its_file(
     lab_file.write_text(yaml.safe_dump_all([topology("r1", "r2"), topology("r2", "r1")]))
     async with private_server(tmp_path, token=token) as server:
         argv = ["-f", str(lab_file), "--server", server.url]
-        assert await call(apply.main, argv) == 1  # refused without the token
-        assert await call(apply.main, [*argv, "--token-file", str(token_file)]) == 0
+        assert await call(apply_command.main, argv) == 1  # refused without the token
+        assert await call(apply_command.main, [*argv, "--token-file", str(token_file)]) == 0
 
         api = await make_api_client(server.url, "", str(token_file))
         try:

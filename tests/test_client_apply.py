@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from meshwire.tools.client.apply import apply_one
+from meshwire.tools.client.apply_command import apply_one
 from meshwire.tools.client.file_command import PARALLEL, run
 
 

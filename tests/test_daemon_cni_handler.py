@@ -28,7 +28,7 @@ from meshwire.control.cni.protocol import (
 from meshwire.control.common.clock import FakeClock
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.placements import PlacementKeeper
-from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.daemon.sandbox_store import Sandbox, SandboxStore
 from meshwire.control.links.netns import identity_of
 from meshwire.control.model.topology import Topology, TopologyStatus
 from meshwire.control.tables.health import PENDING
@@ -163,7 +163,7 @@ async def test_an_add_or_del_recorded_in_the_sandbox_store_succeeds_while_the_wr
         written.held.clear()
         await asyncio.wait_for(handler(daemon, written, 0.2, store).add(add), 5.0)
         identity = identity_of(str(netns))
-        assert store.load() == {"default/r1": Placement("c2", str(netns), "meshnet", identity)}
+        assert store.load() == {"default/r1": Sandbox("c2", str(netns), "meshnet", identity)}
         assert written.calls[-1] == (
             "default/r1",
             {"src_ip": NODE.node_ip, "net_ns": str(netns), "container_id": "c2"},

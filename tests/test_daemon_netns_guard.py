@@ -9,7 +9,7 @@ import pytest
 
 from meshwire.control.daemon.netns_guard import GuardedDriver
 from meshwire.control.links.driver import OwnedInterface
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 

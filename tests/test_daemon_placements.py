@@ -15,8 +15,8 @@ from typing import Any
 
 from reconciler_helpers import NODE
 
-from meshwire.control.daemon.placements import Placement, PlacementKeeper
-from meshwire.control.daemon.sandbox_store import SandboxStore
+from meshwire.control.daemon.placements import PlacementKeeper
+from meshwire.control.daemon.sandbox_store import Sandbox, SandboxStore
 from meshwire.control.links.netns import identity_of
 from meshwire.control.model.topology import Topology, TopologyStatus
 from meshwire.control.tables.topologies import TopologyTable
@@ -86,7 +86,7 @@ def test_a_status_naming_another_node_is_left_alone() -> None:
     table.upsert(r1(ELSEWHERE))
     assert keeper.step() == []
     assert written.calls == []
-    assert keeper.held("default/r1") == Placement("b", "/ns/r1-b")
+    assert keeper.held("default/r1") == Sandbox("b", "/ns/r1-b")
 
 
 def test_a_status_naming_an_older_sandbox_here_gets_the_held_one() -> None:
@@ -191,7 +191,7 @@ def test_a_placement_lost_while_the_daemon_was_down_is_written_back_after_its_re
     # Down meanwhile: the Topology was deleted and created again, its status empty.
     keeper, written = restarted(store, r1())
     assert written.calls == [("default/r1", {**REWRITE, "net_ns": netns})]
-    assert keeper.held("default/r1") == Placement("b", netns, identity=identity_of(netns))
+    assert keeper.held("default/r1") == Sandbox("b", netns, identity=identity_of(netns))
     assert keeper.handed(netns)
 
 
@@ -214,9 +214,9 @@ def test_the_sandbox_added_last_here_wins_over_an_older_one_the_api_names(
     # answered while the API was down.
     store = SandboxStore(tmp_path / "state")
     netns = existing(tmp_path, "r1-c")
-    assert store.save("default/r1", Placement("c", netns))
+    assert store.save("default/r1", Sandbox("c", netns))
     keeper, written = restarted(store, r1(HERE))
-    assert keeper.held("default/r1") == Placement("c", netns)
+    assert keeper.held("default/r1") == Sandbox("c", netns)
     rewrite = {**REWRITE, "if_container": "b", "net_ns": netns, "container_id": "c"}
     assert written.calls == [("default/r1", rewrite)]
 
@@ -236,7 +236,7 @@ def test_what_the_api_says_runs_here_is_recorded_when_the_store_lacks_it(tmp_pat
     store = SandboxStore(tmp_path / "state")
     netns = existing(tmp_path, "r1-b")
     restarted(store, r1(dataclasses.replace(HERE, net_ns=netns)))
-    assert store.load() == {"default/r1": Placement("b", netns)}
+    assert store.load() == {"default/r1": Sandbox("b", netns)}
 
 
 def test_a_sandbox_deleted_before_the_api_heard_is_cleared_after_a_restart(
@@ -292,7 +292,7 @@ def test_a_status_alone_hands_no_namespace(tmp_path: Path) -> None:
     # for the keeper to keep the status right, but vouches for no namespace.
     netns = existing(tmp_path, "victim")
     _, keeper, _ = synced(r1(dataclasses.replace(HERE, net_ns=netns)))
-    assert keeper.held("default/r1") == Placement("b", netns)
+    assert keeper.held("default/r1") == Sandbox("b", netns)
     assert not keeper.handed(netns)
     assert not keeper.was_handed(netns)
 

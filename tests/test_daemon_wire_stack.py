@@ -13,7 +13,7 @@ from wire_helpers import grpc_row
 from meshwire.control.auth.certs import CredentialError
 from meshwire.control.common.config import load_config
 from meshwire.control.daemon.app import _wire_stack
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 from meshwire.control.tables.links import new_links_table
 
 

@@ -12,7 +12,7 @@ from pyroute2 import IPRoute
 
 from meshwire.tools.lab import netns
 from meshwire.tools.lab.kernel import netns_ends
-from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.lab_names import netns_path
 
 pytestmark = pytest.mark.root
 

@@ -16,7 +16,7 @@ import pytest
 from meshwire.tools.lab import netns, processes
 from meshwire.tools.lab.errors import LabError
 from meshwire.tools.lab.forkserver import ForkServer
-from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.lab_names import netns_path
 from meshwire.tools.lab.state import ProcessRecord
 
 pytestmark = pytest.mark.root

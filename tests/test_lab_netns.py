@@ -12,7 +12,7 @@ import pytest
 
 from meshwire.tools.lab import netns
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.lab_names import netns_path
 
 pytestmark = pytest.mark.root
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from lab_helpers import Lab, StubRuntime, pid_alive, unique_lab
 
-from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.lab_names import netns_path
 
 pytestmark = pytest.mark.root
 

@@ -35,7 +35,7 @@ from links_helpers import (
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.names import aside_name, is_aside, pod_peer_name
+from meshwire.control.links.iface_names import aside_name, is_aside, pod_peer_name
 from meshwire.control.reconcile.prune import prune
 from meshwire.control.reconcile.reconciler import LinkReconciler
 from meshwire.control.tables.links import LinkRow, new_links_table

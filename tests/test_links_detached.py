@@ -31,7 +31,7 @@ from links_helpers import (
 from meshwire.control.links import podend
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.names import Mark
+from meshwire.control.links.iface_names import Mark
 from meshwire.control.tables.links import End, LinkKind, LinkRow
 
 pytestmark = [needs_root, pytest.mark.root]

@@ -19,7 +19,7 @@ from links_helpers import Namespaces, ip, links, namespaces, needs_root, veth_ro
 
 from meshwire.control.links.announce import Announcer, _checksum, announce, frames
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 from meshwire.control.links.netns import open_netns
 from meshwire.control.tables.links import End
 

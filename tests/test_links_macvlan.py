@@ -20,7 +20,7 @@ from links_helpers import (
 )
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshwire.control.links.names import (
+from meshwire.control.links.iface_names import (
     Mark,
     NodeRole,
     Role,
@@ -14,7 +14,7 @@ from meshwire.control.links.names import (
     pod_peer_name,
     temp_name,
 )
-from meshwire.control.model.names import MAX_INTERFACE_BYTES
+from meshwire.control.model.name_rules import MAX_INTERFACE_BYTES
 
 
 def test_mark_round_trips_through_the_alias() -> None:

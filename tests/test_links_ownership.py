@@ -6,7 +6,7 @@ import pytest
 from links_helpers import Namespaces, ip, links, namespaces, needs_root, netns_name, veth_row
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.names import Mark
+from meshwire.control.links.iface_names import Mark
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]

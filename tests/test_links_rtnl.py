@@ -21,7 +21,7 @@ from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from meshwire.control.links import iface, rtnl
-from meshwire.control.links.names import ADDRESS_PROTO, BUILD_GROUP
+from meshwire.control.links.iface_names import ADDRESS_PROTO, BUILD_GROUP
 from meshwire.control.links.netns import Netlink, netlink, open_netns
 
 __all__ = ["namespaces"]

@@ -26,8 +26,8 @@ from links_helpers import (
 from meshwire.control.links import rtnl
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.links.names import BUILD_GROUP, pod_peer_name
+from meshwire.control.links.driver_errors import LinkError, SpecError
+from meshwire.control.links.iface_names import BUILD_GROUP, pod_peer_name
 from meshwire.control.links.netns import netlink, open_netns
 
 pytestmark = [needs_root, pytest.mark.root]

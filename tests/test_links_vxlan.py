@@ -24,8 +24,8 @@ from links_helpers import (
 )
 
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.links.names import NodeRole, node_name, pod_peer_name
+from meshwire.control.links.driver_errors import LinkError, SpecError
+from meshwire.control.links.iface_names import NodeRole, node_name, pod_peer_name
 
 pytestmark = [needs_root, pytest.mark.root]
 __all__ = ["namespaces"]

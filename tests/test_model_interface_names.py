@@ -14,9 +14,9 @@ import json
 import pytest
 
 from meshwire.control.cni.protocol import CniError, ErrorCode, parse_request
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 from meshwire.control.links.iface import check
-from meshwire.control.model.names import interface_name_problem
+from meshwire.control.model.name_rules import interface_name_problem
 from meshwire.control.model.validate import validate_topology
 from tests.cni_helpers import cni_env, network_config
 from tests.model_helpers import link, topology

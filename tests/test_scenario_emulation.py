@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from lab_helpers import ADDRESSED_LAB, Lab, in_ns, unique_lab
 
-from meshwire.control.links.names import NodeRole, node_name
-from meshwire.tools.lab.names import node_ip
+from meshwire.control.links.iface_names import NodeRole, node_name
+from meshwire.tools.lab.lab_names import node_ip
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.state import LabDir
 

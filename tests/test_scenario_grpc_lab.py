@@ -29,7 +29,7 @@ from lab_helpers import Lab, in_ns, unique_lab
 from meshwire.base.netns_thread import call_in_netns
 from meshwire.control.auth import certs
 from meshwire.control.common.ids import preferred_slot, wire_id
-from meshwire.tools.lab.names import node_ip
+from meshwire.tools.lab.lab_names import node_ip
 from meshwire.tools.lab.probe import http_get
 from tests.paths import MESHNET
 

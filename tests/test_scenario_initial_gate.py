@@ -27,7 +27,7 @@ from scenario_helpers import (
     read_interfaces,
 )
 
-from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.daemon.sandbox_store import Sandbox, SandboxStore
 from meshwire.control.links.netns import identity_of
 from meshwire.control.reconcile.prune import PruneNotReady, prune
 
@@ -69,7 +69,7 @@ async def test_until_each_initial_link_was_tried_the_daemon_is_not_ready_and_pru
             api = sync_api(before.url)
             for name, peer, netns in (("r1", "r2", r1), ("r2", "r1", r2)):
                 container = f"c-{name}"
-                store.save(f"default/{name}", Placement(container, netns, "", identity_of(netns)))
+                store.save(f"default/{name}", Sandbox(container, netns, "", identity_of(netns)))
                 await call(create, api, topology(name, peer))
                 placed = {"src_ip": "127.0.0.1", "net_ns": netns, "container_id": container}
                 status = {"status": placed}

@@ -30,7 +30,7 @@ import pytest
 from lab_helpers import Lab, unique_lab
 
 from meshwire.dataplane import rundir
-from meshwire.tools.lab.names import node_ip
+from meshwire.tools.lab.lab_names import node_ip
 from meshwire.tools.lab.probe import http_get
 from tests.paths import REPO
 

@@ -29,8 +29,8 @@ from links_helpers import (
 
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers
-from meshwire.control.links.errors import LinkError, SpecError
-from meshwire.control.links.names import NodeRole, Role, node_name, temp_name
+from meshwire.control.links.driver_errors import LinkError, SpecError
+from meshwire.control.links.iface_names import NodeRole, Role, node_name, temp_name
 from meshwire.control.tables.links import LinkKind, LinkRow
 from meshwire.control.wire.grpc_driver import GrpcDriver
 from meshwire.control.wire.types import TapRef

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from wire_helpers import grpc_row, is_open, wire_nodes
 
-from meshwire.control.links.errors import LinkError
+from meshwire.control.links.driver_errors import LinkError
 
 
 async def test_a_tap_handed_over_after_close_is_refused_and_its_fd_closed() -> None:

@@ -1,4 +1,4 @@
-"""A man in the middle between two nodes' workers (DESIGN.md §10): after the preface,
+"""A man in the middle between two nodes' workers (docs/design.md §10): after the preface,
 an attacker on the path can neither inject, alter nor replay a frame.
 
 Two workers in a netns standing in for the underlay, pod a's wire dialling node b

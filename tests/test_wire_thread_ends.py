@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from wire_helpers import grpc_row, is_open
 
-from meshwire.control.links.errors import LinkError
+from meshwire.control.links.driver_errors import LinkError
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.thread_ends import ThreadEnds

@@ -15,8 +15,8 @@ import sys
 COMMANDS: dict[tuple[str, ...], str] = {
     ("daemon",): "control.daemon.command",
     ("api", "serve"): "tools.api.command",
-    ("apply",): "tools.client.apply",
-    ("delete",): "tools.client.delete",
+    ("apply",): "tools.client.apply_command",
+    ("delete",): "tools.client.delete_command",
     ("cni", "install"): "control.cni.install",
     ("cni", "uninstall"): "control.cni.uninstall",
     ("lab", "graph"): "tools.graph.command:lab_main",

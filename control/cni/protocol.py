@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from meshwire.control.model.names import interface_name_problem
+from meshwire.control.model.name_rules import interface_name_problem
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LATEST_VERSION = SUPPORTED_VERSIONS[-1]

@@ -1,17 +1,16 @@
 """The daemon's heap and Python's cyclic garbage collector.
 
-A daemon among 10,000 Topologies holds about 260,000 objects that live as
-long as their rows do. A full collection walks every one of them, holding the
-GIL: the event loop and every netlink thread stop meanwhile. Measured on this
-project's 2-core machine, one took 100-140 ms, and a restarted pod whose
-links were being built waited that long.
+A daemon among thousands of Topologies holds hundreds of thousands of
+objects that live as long as their rows do. A full collection walks every one
+of them, holding the GIL: the event loop and every netlink thread stop
+meanwhile, and a restarted pod whose links are being built waits that long.
 
-- `bulk()`: no automatic collection inside the block. For the synchronous
-  work of reading a full list into rows: it allocates hundreds of thousands
-  of objects that all stay, which sets off one full collection after another
-  (four, 260 ms, in a 10,000-object sync) and none of them finds garbage
-  worth the walk. The block holds no await, so no other task runs until it
-  ends and the pause lasts as long as that one computation; blocks nest.
+- `bulk()`: no automatic collection inside the block. For the synchronous work
+  of reading a full list into rows: it allocates hundreds of thousands of
+  objects that all stay, which sets off one full collection after another, and
+  none of them finds garbage worth the walk. The block holds no await, so no
+  other task runs until it ends and the pause lasts as long as that one
+  computation; blocks nest.
 - `settle()`: once the first sync has built the tables, every object then
   alive moves to the collector's permanent generation (`gc.freeze`), so a
   later full collection walks only what came after. A frozen object is still

@@ -29,7 +29,10 @@ DEFAULT_BACKOFF_BASE: float = default(ReconcileConfig, "backoff_min")
 DEFAULT_BACKOFF_CAP: float = default(ReconcileConfig, "backoff_max")
 
 
-Clock = Callable[[], float]
+# What a backoff reads the time with: a function of no arguments giving seconds on a
+# monotonic scale (`time.monotonic`, or a test's fake). Not `clock.Clock`, which
+# also sleeps: a backoff only measures.
+Now = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ class Backoff:
     stretch shorter than the policy's `reset_after` does not reset the delay.
     """
 
-    def __init__(self, policy: BackoffPolicy | None = None, clock: Clock = time.monotonic) -> None:
+    def __init__(self, policy: BackoffPolicy | None = None, clock: Now = time.monotonic) -> None:
         self.policy = policy or BackoffPolicy()
         self._clock = clock
         # Failures since the last reset; the next delay is policy.delay(_failures).

@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection
 from typing import Protocol
 
 from meshwire.control.links.driver import LinkDriver, OwnedInterface
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 from meshwire.control.links.netns import identity_of
 from meshwire.control.tables.links import End, LinkRow
 

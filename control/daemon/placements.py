@@ -52,7 +52,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from meshwire.control.daemon.sandbox_store import Placement, SandboxStore
+from meshwire.control.daemon.sandbox_store import Sandbox, SandboxStore
 from meshwire.control.links.netns import identity_of
 from meshwire.control.model.topology import TopologyStatus
 from meshwire.control.tables.local_placements import NOWHERE, PodPlacement
@@ -89,7 +89,7 @@ class PlacementKeeper:
         self._set_status = set_status
         self._store = store
         # Pod key -> the sandbox this node added last and has not deleted.
-        self._held: dict[str, Placement] = {}
+        self._held: dict[str, Sandbox] = {}
         # Netns path -> identity, of sandboxes no longer held whose links may still
         # be cleared; an entry goes once the path no longer has that identity.
         self._released: dict[str, tuple[int, int]] = {}
@@ -98,14 +98,14 @@ class PlacementKeeper:
         self._tracker = topologies.track()
         self._seeded = False
 
-    def held(self, key: str) -> Placement | None:
+    def held(self, key: str) -> Sandbox | None:
         return self._held.get(key)
 
     def added(self, key: str, container_id: str, netns: str, network: str = "") -> bool:
         """The runtime added a sandbox of pod `key` here, through CNI network `network`.
         Returns whether it is recorded in the sandbox store before this returns: then a
         restarted daemon still writes its placement, should the API not have it yet."""
-        self._hold(key, Placement(container_id, netns, network, identity_of(netns)))
+        self._hold(key, Sandbox(container_id, netns, network, identity_of(netns)))
         return self._store is not None and self._store.save(key, self._held[key])
 
     def deleted(self, key: str, container_id: str) -> None:
@@ -142,14 +142,14 @@ class PlacementKeeper:
         del self._released[netns]
         return False
 
-    def _hold(self, key: str, placement: Placement) -> None:
+    def _hold(self, key: str, sandbox: Sandbox) -> None:
         self._release(self._held.get(key))
-        self._held[key] = placement
-        if placement.identity is not None:
-            self._handed[placement.netns] = placement.identity
-            self._released.pop(placement.netns, None)
+        self._held[key] = sandbox
+        if sandbox.identity is not None:
+            self._handed[sandbox.netns] = sandbox.identity
+            self._released.pop(sandbox.netns, None)
 
-    def _release(self, held: Placement | None) -> None:
+    def _release(self, held: Sandbox | None) -> None:
         if held is not None and held.identity is not None:
             if self._handed.get(held.netns) == held.identity:
                 del self._handed[held.netns]
@@ -160,7 +160,7 @@ class PlacementKeeper:
                     del self._released[netns]
             self._released[held.netns] = held.identity
 
-    def held_through(self, network: str) -> dict[str, Placement]:
+    def held_through(self, network: str) -> dict[str, Sandbox]:
         """The sandboxes held that were added through CNI network `network`, by pod key."""
         return {key: held for key, held in self._held.items() if held.network == network}
 
@@ -179,16 +179,16 @@ class PlacementKeeper:
                 status = topology.status
                 named.add((key, status.container_id))
                 if (key, status.container_id) not in deleted:
-                    self._held[key] = Placement(status.container_id, status.net_ns)
+                    self._held[key] = Sandbox(status.container_id, status.net_ns)
         if self._store is not None:
             for key, container_id in deleted - named:  # the API has the clear
                 self._store.forget_deleted(key, container_id)
             recorded = self._store.load()
-            for key, placement in self._held.items():
+            for key, sandbox in self._held.items():
                 if key not in recorded:  # held since before the store existed
-                    self._store.save(key, placement)
-            for key, placement in recorded.items():
-                self._hold(key, placement)
+                    self._store.save(key, sandbox)
+            for key, sandbox in recorded.items():
+                self._hold(key, sandbox)
 
     def step(self) -> list[str]:
         """Make the statuses that changed say what this node holds (see the module doc);

@@ -42,7 +42,10 @@ DELETED_SUFFIX = ".deleted"
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class Sandbox:
+    """A pod sandbox on this node: its container and netns path, and what its CNI ADD
+    knew of it (nothing more for one held from the API)."""
+
     container_id: str
     netns: str
     # The CNI network (conflist name) of the ADD; empty when not known (a sandbox
@@ -57,17 +60,17 @@ class SandboxStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def save(self, key: str, placement: Placement) -> bool:
-        """Record that pod `key` runs here in `placement` (replacing any previous one);
+    def save(self, key: str, sandbox: Sandbox) -> bool:
+        """Record that pod `key` runs here in `sandbox` (replacing any previous one);
         whether the record is on disk."""
         body: dict[str, object] = {
             "pod": key,
-            "container_id": placement.container_id,
-            "netns": placement.netns,
-            "network": placement.network,
+            "container_id": sandbox.container_id,
+            "netns": sandbox.netns,
+            "network": sandbox.network,
         }
-        if placement.identity is not None:
-            body["identity"] = list(placement.identity)
+        if sandbox.identity is not None:
+            body["identity"] = list(sandbox.identity)
         try:
             self._write(self._path(key), body)
         except OSError as exc:
@@ -113,7 +116,7 @@ class SandboxStore:
     def forget_deleted(self, key: str, container_id: str) -> None:
         _forget(self._deleted_path(key, container_id))
 
-    def load(self) -> dict[str, Placement]:
+    def load(self) -> dict[str, Sandbox]:
         """Every recorded sandbox whose netns still exists, by pod key."""
         try:
             paths = sorted(self.directory.glob(f"*{SUFFIX}"))
@@ -127,17 +130,17 @@ class SandboxStore:
                 log.warning("dropping %s: not a sandbox record", path)
                 _forget(path)
                 continue
-            key, placement = entry
-            if not os.path.exists(placement.netns):
+            key, sandbox = entry
+            if not os.path.exists(sandbox.netns):
                 log.warning(
                     "pod %s: the netns %s of its container %s is gone; forgetting it",
                     key,
-                    placement.netns,
-                    placement.container_id,
+                    sandbox.netns,
+                    sandbox.container_id,
                 )
                 _forget(path)
                 continue
-            loaded[key] = placement
+            loaded[key] = sandbox
         return loaded
 
     def _write(self, path: Path, body: dict[str, object]) -> None:
@@ -165,7 +168,7 @@ def _read_json(path: Path) -> dict[str, object] | None:
     return body if isinstance(body, dict) else None
 
 
-def _read(path: Path) -> tuple[str, Placement] | None:
+def _read(path: Path) -> tuple[str, Sandbox] | None:
     body = _read_json(path)
     if body is None:
         return None
@@ -175,7 +178,7 @@ def _read(path: Path) -> tuple[str, Placement] | None:
         return None
     if not (pod and container_id and netns):
         return None
-    return str(pod), Placement(str(container_id), str(netns), str(network), _identity(body))
+    return str(pod), Sandbox(str(container_id), str(netns), str(network), _identity(body))
 
 
 def _identity(body: dict[str, object]) -> tuple[int, int] | None:

@@ -45,7 +45,7 @@ from kubernetes.aio.client.exceptions import ApiException
 from meshwire.control.common import slots
 from meshwire.control.common.config import ApiConfig, default
 from meshwire.control.common.ids import Slot
-from meshwire.control.common.retries import Backoff, BackoffPolicy, Clock
+from meshwire.control.common.retries import Backoff, BackoffPolicy, Now
 from meshwire.control.common.waits import first
 from meshwire.control.informer.failure import describe
 from meshwire.control.informer.reflector import RECONNECT, Reflector
@@ -76,7 +76,7 @@ class SlotKeeper:
         release_grace: float = RELEASE_GRACE,
         view_healthy: Callable[[], bool] = lambda: True,
         backoff: BackoffPolicy | None = None,
-        clock: Clock = time.monotonic,
+        clock: Now = time.monotonic,
     ) -> None:
         """`namespace`: manage this namespace's slot only ("": every namespace)."""
         self.topologies = topologies

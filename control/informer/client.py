@@ -4,12 +4,12 @@ Shared by the informer and the status writer so both talk to the same server
 the same way.
 
 The proxy the environment names for the server (`HTTP_PROXY`, `HTTPS_PROXY`,
-`NO_PROXY`, as aiohttp reads them) is looked up once, when the client is
-made, not for every request: the client's own `trust_env` session reads the
+`NO_PROXY`, as aiohttp reads them) is looked up once, when the client is made,
+not for every request: the client's own `trust_env` session reads the
 environment and `~/.netrc` again on each one, in two trips through a thread
-pool, which cost 0.46 ms of CPU per request here, more than the rest of the
-request. A kubeconfig's `proxy-url` wins over the environment. No netrc
-credentials are sent to the server (the Kubernetes clients never read netrc).
+pool, which costs more CPU than the rest of the request. A kubeconfig's
+`proxy-url` wins over the environment. No netrc credentials are sent to the
+server (the Kubernetes clients never read netrc).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from kubernetes.aio.client import ApiClient
 
 from meshwire.control.common import heap
 from meshwire.control.common.config import ApiConfig, default
-from meshwire.control.common.retries import BackoffPolicy, Clock
+from meshwire.control.common.retries import BackoffPolicy, Now
 from meshwire.control.informer.apply import Outcome, Snapshot, apply_event, apply_snapshot
 from meshwire.control.informer.reflector import PAGE_SIZE, RECONNECT, Reflector, Sleep
 from meshwire.control.informer.sink import TopologySink
@@ -72,7 +72,7 @@ class Informer:
         sink: TopologySink,
         options: InformerOptions | None = None,
         *,
-        clock: Clock = time.monotonic,
+        clock: Now = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self._sink = sink

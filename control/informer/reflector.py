@@ -45,7 +45,7 @@ from aiohttp import ClientResponse
 from kubernetes.aio.client.exceptions import ApiException
 
 from meshwire.control.common.config import ApiConfig, default
-from meshwire.control.common.retries import Backoff, BackoffPolicy, Clock
+from meshwire.control.common.retries import Backoff, BackoffPolicy, Now
 from meshwire.control.common.waits import first
 from meshwire.control.informer.failure import describe
 from meshwire.control.informer.stats import InformerStats
@@ -116,7 +116,7 @@ class Reflector:
         backoff: BackoffPolicy = RECONNECT,
         not_found: str = "",
         stats: InformerStats | None = None,
-        clock: Clock = time.monotonic,
+        clock: Now = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         """`not_found`: what a 404 means (the resource is not served), for `last_error`."""

@@ -116,10 +116,9 @@ class Announcer:
     and batch.
 
     A packet socket costs an RCU grace period when it is closed (the kernel's
-    packet_release calls synchronize_net: about 15 ms here) and a few ms to
-    open. Done for each end inside the driver call, that was most of a veth's
-    build time (36 of 45 ms, measured), and the ends of a 1,500-link pod pair
-    queued behind it. Queued here, a link is realised without waiting for its
+    packet_release calls synchronize_net), more than the rest of a veth's
+    build, so no driver call opens one: the ends of a pod pair with many
+    links would queue behind those closes. Queued here, a link is realised without waiting for its
     announcement, which follows within a batch, and a burst of ends in one
     netns shares one socket. Each batch is sent in the order queued, a netns
     gone meanwhile skipped. The thread starts with the first end queued and

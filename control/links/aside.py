@@ -1,11 +1,11 @@
 """Setting an interface aside: out of its name's way at once, deleted a moment later.
 
-Deleting a veth costs the kernel 20-27 ms (unregistering a device waits for
-RCU, synchronize_net, with the rtnl lock held); taking one down and renaming
-it, about 0.3 ms. When a pod restarts, its peer pod still holds its end of the
+Deleting a veth costs the kernel an RCU grace period (unregistering a device
+waits in synchronize_net with the rtnl lock held); taking one down and
+renaming it is far cheaper. When a pod restarts, its peer pod still holds its end of the
 old pair under the link's name until the dead pod's netns is torn down, and
 the new pair needs that name now. `Reaper.set_aside` frees it without the wait:
-the interface is taken down, renamed `names.aside_name(ifindex)` (it keeps its
+the interface is taken down, renamed `iface_names.aside_name(ifindex)` (it keeps its
 mark) and stripped of its addresses, and the reaper deletes it from a thread of
 its own once the caller is done.
 
@@ -21,7 +21,7 @@ What a caller may rely on:
   interfaces along). Nothing else is ever touched, and nothing is held open
   while a deletion waits.
 - Each deletion starts `REAP_DELAY` after its `set_aside`: a deletion holds the
-  rtnl lock for its 20 ms, and the caller's next requests (the new pair, its
+  rtnl lock for its grace period, and the caller's next requests (the new pair, its
   addresses) need that lock.
 - A failed deletion is retried with backoff, `REAP_ATTEMPTS` times in all, then
   left to pruning; so is an aside interface a crash left between the rename
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pyroute2.netlink.exceptions import NetlinkError
 
 from . import iface, rtnl
-from .names import Mark, aside_name
+from .iface_names import Mark, aside_name
 from .netns import Netlink, Netns, NetnsGone, NotANetns, netlink, open_netns
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from . import iface
 from .announce import Announcer
 from .aside import Reaper
 from .detached import DetachedDriver
-from .errors import SpecError, blame
+from .driver_errors import SpecError, blame
+from .iface_names import Mark
 from .macvlan import MacvlanDriver
-from .names import Mark
 from .netns import NetnsGone, NotANetns, netlink, open_netns
 from .veth import VethDriver
 from .vxlan import VXLAN_PORT, VxlanDriver
@@ -32,7 +32,7 @@ from .vxlan import VXLAN_PORT, VxlanDriver
 @dataclass(frozen=True, slots=True)
 class OwnedInterface:
     """An interface carrying a meshwire mark, or half-made (`mark` None: a build cut
-    short, see names.BUILD_GROUP), as `owned()` finds it."""
+    short, see iface_names.BUILD_GROUP), as `owned()` finds it."""
 
     name: str
     ifindex: int

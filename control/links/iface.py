@@ -16,12 +16,12 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from meshwire.control.model.macs import mac_problem
-from meshwire.control.model.names import interface_name_problem
+from meshwire.control.model.name_rules import interface_name_problem
 from meshwire.control.model.validate import MAX_MTU, MIN_MTU
 
 from . import rtnl
-from .errors import SpecError
-from .names import ADDRESS_PROTO, BUILD_GROUP, Mark, parse_mark
+from .driver_errors import SpecError
+from .iface_names import ADDRESS_PROTO, BUILD_GROUP, Mark, parse_mark
 from .netns import Netlink, Netns
 
 IFF_UP = rtnl.IFF_UP
@@ -47,14 +47,14 @@ class Iface:
     info: dict[str, Any]
     # IFLA_GROUP: the interface group (0 is the kernel's default).
     group: int = 0
-    # Made a moment ago by this daemon (lifecycle.create_marked or create_and_place):
+    # Made a moment ago by this daemon (lifecycle.create_marked or create_and_rename):
     # it has no address yet but what the kernel gives every interface, so `converge`
     # need not read its addresses. False for anything read from the kernel.
     fresh: bool = False
 
     @property
     def half_made(self) -> bool:
-        """Created by meshwire and never marked: a build cut short (see names.BUILD_GROUP)."""
+        """Created by meshwire and never marked: a build cut short (see iface_names.BUILD_GROUP)."""
         return self.mark is None and self.group == BUILD_GROUP
 
 

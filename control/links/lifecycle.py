@@ -4,19 +4,19 @@ Creation: the kernel takes no alias at creation, so an interface created
 under its final name exists unmarked for a moment, and one left so by a
 crash would look foreign forever (a `SpecError` no retry can clear). So
 what netlink creates (veth, vxlan, macvlan) is created under its final name
-in the interface group `names.BUILD_GROUP`, with its MAC, then marked, taken
+in the interface group `iface_names.BUILD_GROUP`, with its MAC, then marked, taken
 out of the group and raised in one request (`create_marked`). A crash in
 between leaves a half-made interface (`Iface.half_made`): `claim` deletes it
 when its row needs the name, and pruning when no row does. A TAP (made by
 ioctl, which sets no group) is created under its row's temporary name
-(`names.temp_name`), marked, then renamed (`create_and_place`); a leftover
+(`iface_names.temp_name`), marked, then renamed (`create_and_rename`); a leftover
 temporary name is removed by the row's next attempt or its deletion.
 
 Each interface is created right in its pod netns (IFLA_NET_NS_FD in the
 request made from the host netns, so a vxlan's socket and a macvlan's lower
 device stay the host's). Creating in place instead of moving a finished
-interface between namespaces saves the kernel's synchronize_net on every
-move: a veth pair costs 9 ms instead of 44 (measured here).
+interface between namespaces saves the kernel's synchronize_net (an RCU
+grace period under the rtnl lock) on every move.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ from typing import Any
 
 from . import iface
 from .aside import Reaper
-from .errors import LinkError, SpecError
-from .names import Mark
+from .driver_errors import LinkError, SpecError
+from .iface_names import Mark
 from .netns import Netns, NetnsGone, NotANetns, netlink, open_netns
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
+class RenameTarget:
     """An interface the create call makes as `temp` in `netns`, to be named `name` there,
     with MAC address `mac` ("": the kernel's random one).
 
@@ -93,7 +93,7 @@ def clear_leftovers(ipr: Any, mark: Mark, temps: Sequence[str], where: str = "(h
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """An interface the create call makes as `name` in `netns`, in `names.BUILD_GROUP`;
+    """An interface the create call makes as `name` in `netns`, in `iface_names.BUILD_GROUP`;
     `ipr` is a netlink socket in `netns`."""
 
     netns: Netns
@@ -105,7 +105,7 @@ def create_marked(
     mark: Mark, create: Callable[[], object], targets: Sequence[Target]
 ) -> list[iface.Iface]:
     """Call `create` (it makes each target's interface under its final name, in
-    `names.BUILD_GROUP`, with its MAC), then mark each, take it out of the group
+    `iface_names.BUILD_GROUP`, with its MAC), then mark each, take it out of the group
     and raise it, in one request per interface; returns them as the kernel now has
     them (`fresh`: no address read back, none is there yet).
 
@@ -133,10 +133,10 @@ def create_marked(
     return made
 
 
-def create_and_place(
-    mark: Mark, create: Callable[[], object], placements: Sequence[Placement]
+def create_and_rename(
+    mark: Mark, create: Callable[[], object], targets: Sequence[RenameTarget]
 ) -> list[iface.Iface]:
-    """Call `create` (it makes each placement's interface as `temp` in its netns), then
+    """Call `create` (it makes each target's interface as `temp` in its netns), then
     rename each to its `name`, with its `mac`, marked and up; returns them as the
     kernel now has them (`fresh`: no address read back, none is there yet). For
     what cannot be created in a group (a TAP); see `create_marked`.
@@ -151,34 +151,34 @@ def create_and_place(
     deleted (for a veth that also removes the other end) and the error
     propagates: a failed attempt leaves nothing behind.
     """
-    for placement in placements:
-        clear_leftovers(placement.ipr, mark, [placement.temp], placement.netns.path)
+    for target in targets:
+        clear_leftovers(target.ipr, mark, [target.temp], target.netns.path)
     create()
     made = []
     try:
-        for placement in placements:
-            created = iface.find(placement.ipr, placement.temp)
+        for target in targets:
+            created = iface.find(target.ipr, target.temp)
             if created is None:
                 raise LinkError(
-                    mark.link, placement.netns.path, placement.temp, "vanished after creation"
+                    mark.link, target.netns.path, target.temp, "vanished after creation"
                 )
             # One request: the kernel sets the MAC, renames, marks and raises it under
             # one lock, so no one ever sees the final name unmarked.
             iface.set_link(
-                placement.ipr,
+                target.ipr,
                 created.index,
-                name=placement.name,
+                name=target.name,
                 alias=mark.format(),
-                mac=placement.mac,
+                mac=target.mac,
                 up=True,
             )
             # As the kernel has it now, without asking again: only the set changed it.
-            made.append(replace(created, name=placement.name, mark=mark, up=True, fresh=True))
+            made.append(replace(created, name=target.name, mark=mark, up=True, fresh=True))
     except BaseException:
-        for placement in placements:
-            left = iface.find(placement.ipr, placement.temp)
+        for target in targets:
+            left = iface.find(target.ipr, target.temp)
             if left is not None:
-                iface.delete(placement.ipr, left.index)
+                iface.delete(target.ipr, left.index)
         raise
     return made
 

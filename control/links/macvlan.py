@@ -16,9 +16,9 @@ from typing import Any
 from ..tables.links import LinkRow
 from . import iface
 from .announce import Announcer
-from .errors import SpecError, blame
+from .driver_errors import SpecError, blame
+from .iface_names import BUILD_GROUP, Mark, Role, temp_name
 from .lifecycle import Target, claim, create_marked, delete_end
-from .names import BUILD_GROUP, Mark, Role, temp_name
 from .netns import CURRENT, Netns, netlink, open_netns
 
 KIND = "macvlan"

@@ -5,7 +5,7 @@ made once with the end's MAC, the row's MTU and address, the same GSO limit on
 every transport (`TAP_GSO_MAX_SIZE`), up and marked, and
 then never deleted, renamed, re-addressed or replaced while it is intact,
 whatever carries the link and whatever happens to the link. Its peer, the
-node side, is `names.pod_peer_name(namespace, pod, intf)` in the node's netns
+node side, is `iface_names.pod_peer_name(namespace, pod, intf)` in the node's netns
 (the daemon's), marked too, with no IPv6 address of its own (so it sends
 nothing into the pod). Transports attach to the node side (tc.py); the pod
 sees carrier exactly while the node side is up, which is how a pulled cable
@@ -45,13 +45,13 @@ from meshwire.dataplane.tap import GSO_MAX_SIZE as TAP_GSO_MAX_SIZE
 from ..tables.links import End, LinkKind, LinkRow
 from . import iface, rtnl
 from .aside import Reaper
+from .iface_names import BUILD_GROUP, Mark, NodeRole, node_name, pod_peer_name
 from .lifecycle import Target, claim, create_marked
-from .names import BUILD_GROUP, Mark, NodeRole, node_name, pod_peer_name
 from .netns import Netns, netlink, open_netns
 
 KIND = "veth"
 # Interface groups of node sides by their holder's kind ("mwh" + the kind's place);
-# names.BUILD_GROUP is another.
+# iface_names.BUILD_GROUP is another.
 HOLDER_BASE = 0x6D776800
 
 

@@ -1,8 +1,8 @@
 """rtnetlink without pyroute2, for the requests that build a link: a codec and a thin socket.
 
-pyroute2 spends 0.3-0.7 ms of Python on each request (an event loop turn and
-a full message decode), 20-50 times what the kernel takes; building a veth
-pair takes about 11 requests. The requests on that path are coded here by
+pyroute2 spends an event loop turn and a full message decode of Python on
+each request, many times what the kernel takes, and building a veth pair
+takes about eleven requests. The requests on that path are coded here by
 hand: read an interface by name (`get_link`), create a veth pair or a vxlan
 device in place (`new_veth`, `new_vxlan`), change an interface (`set_link`:
 name, alias, MAC, MTU, up or down), delete one (`del_link`), add or remove an

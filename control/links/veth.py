@@ -23,8 +23,8 @@ from contextlib import ExitStack
 from ..tables.links import LinkRow
 from . import iface, podend, tc
 from .aside import Reaper
-from .errors import SpecError, blame
-from .names import Mark
+from .driver_errors import SpecError, blame
+from .iface_names import Mark
 from .netns import CURRENT, Netns, NetnsGone, NotANetns, netlink, open_netns
 from .podend import Side
 

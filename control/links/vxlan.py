@@ -1,7 +1,7 @@
 """vxlan: the peer pod runs on another node; a vxlan device in the node's netns.
 
 The pod holds a pod end (podend.py), `local.intf` in `local.netns`. The
-device, `names.node_name(row key, VXLAN)` in the node's netns, carries VNI
+device, `iface_names.node_name(row key, VXLAN)` in the node's netns, carries VNI
 `row.vni` to `row.peer_node_ip` on UDP port `port`, and is stitched to the
 pod end's node side (tc.py). A device whose VNI, remote or port differs from
 the row is deleted and built again (the kernel cannot change them in place)
@@ -30,9 +30,9 @@ from ..tables.links import LinkRow
 from . import iface, podend, rtnl, tc
 from .announce import Announcer
 from .aside import Reaper
-from .errors import SpecError, blame
+from .driver_errors import SpecError, blame
+from .iface_names import BUILD_GROUP, Mark, NodeRole, node_name
 from .lifecycle import Target, claim, create_marked
-from .names import BUILD_GROUP, Mark, NodeRole, node_name
 from .netns import CURRENT, NetnsGone, NotANetns, netlink, open_netns
 from .podend import Side
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from meshwire.control.model.names import dns_label_problem, dns_subdomain_problem
+from meshwire.control.model.name_rules import dns_label_problem, dns_subdomain_problem
 from meshwire.control.model.topology import LOCALHOST, Link, Topology
 
 Path = tuple[str | int, ...]

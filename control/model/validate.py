@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from meshwire.control.model import emulation
 from meshwire.control.model.macs import end_mac, mac_problem
-from meshwire.control.model.names import dns_subdomain_problem, interface_name_problem
+from meshwire.control.model.name_rules import dns_subdomain_problem, interface_name_problem
 from meshwire.control.model.topology import LOCALHOST, Link, Topology
 
 MIN_UID = 0
@@ -229,8 +229,9 @@ def address_problem(value: str) -> str | None:
     return None
 
 
-# Re-deriving a pod re-checks the same links (Link is an immutable value); checking
-# one costs ~20 us, mostly address parsing, so a 1500-link pod would cost ~30 ms.
+# Re-deriving a pod re-checks the same links (Link is an immutable value), and
+# checking one is mostly address parsing: a pod with many links would pay for it
+# on every derivation.
 @functools.lru_cache(maxsize=1 << 16)
 def _link_problems(own_name: str, link: Link) -> tuple[tuple[str, str], ...]:
     return tuple(_each_link_problem(own_name, link))

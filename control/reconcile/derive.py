@@ -34,7 +34,7 @@ problem naming the object, link and field; the pod's other links still work.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from meshwire.control.common.config import Config, VxlanConfig, default
@@ -125,7 +125,8 @@ def _row(
     None when there is none to build (a problem)."""
     link = topology.link(uid)
     assert link is not None  # validate_topology only returns links of this topology
-    mac = end_mac(topology.namespace, topology.name, link)
+    ns = topology.namespace
+    mac = end_mac(ns, topology.name, link)
     local = End(
         topology.name,
         topology.status.net_ns,
@@ -135,38 +136,12 @@ def _row(
         link.impairments,
     )
 
-    peer_topology = None if link.to_host else table.get(f"{topology.namespace}/{link.peer_pod}")
+    peer_topology = None if link.to_host else table.get(f"{ns}/{link.peer_pod}")
     mtu = link_mtu(link, peer_topology, node.mtu)
-
-    def row(
-        kind: LinkKind,
-        a: End,
-        b: End,
-        peer_node_ip: str = "",
-        *,
-        vxlan_id: int = 0,
-        wire: int = 0,
-        id_problem: str = "",
-        down: bool = False,
-        emulated: bool = False,
-    ) -> LinkRow:
-        return LinkRow(
-            topology.namespace,
-            uid,
-            kind,
-            a,
-            b,
-            mtu,
-            peer_node_ip,
-            vni=vxlan_id,
-            wire_id=wire,
-            id_problem=id_problem,
-            down=down,
-            emulated=emulated,
-        )
-
     if link.to_host:
-        return row(LinkKind.MACVLAN, local, End(link.peer_pod, "", link.peer_intf))
+        return LinkRow(
+            ns, uid, LinkKind.MACVLAN, local, End(link.peer_pod, "", link.peer_intf), mtu
+        )
     problem = check_pair(topology, link, peer_topology)
     if problem is not None:
         problems.append(str(problem))
@@ -174,37 +149,51 @@ def _row(
     if peer_topology is None or not _running(peer_topology):
         # The pod keeps its interface, without carrier, until its far end runs.
         far = End(link.peer_pod, "", link.peer_intf, link.peer_ip)
-        return row(LinkKind.DETACHED, local, far)
+        return LinkRow(ns, uid, LinkKind.DETACHED, local, far, mtu)
     peer_status = peer_topology.status
     peer_link = peer_topology.link(uid)
     assert peer_link is not None  # check_pair found it
-    peer_mac = end_mac(topology.namespace, peer_topology.name, peer_link)
+    peer_mac = end_mac(ns, peer_topology.name, peer_link)
     emulated = link.emulated or peer_link.emulated
-    down = link.down or peer_link.down
     if peer_status.src_ip == node.node_ip and not emulated:
         net_ns = peer_status.net_ns
         peer = End(peer_topology.name, net_ns, link.peer_intf, link.peer_ip, peer_mac)
         first, second = sorted((local, peer), key=lambda end: (end.pod, end.intf))
-        return row(LinkKind.VETH, first, second)
+        return LinkRow(ns, uid, LinkKind.VETH, first, second, mtu)
     remote = End(
         peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac, peer_link.impairments
     )
     kind = LinkKind.VXLAN if node.inter_node_link_type == "vxlan" else LinkKind.GRPC
     if emulated:
         kind = LinkKind.GRPC
-    slot = slots.slot_of(topology.namespace)
+    # A pulled cable is a `state`, so emulated: `down` is only ever set on a grpc row.
+    down = link.down or peer_link.down
+    row = LinkRow(
+        ns, uid, kind, local, remote, mtu, peer_status.src_ip, down=down, emulated=emulated
+    )
+    return _with_id(row, topology, peer_topology.name, node, slots, problems)
+
+
+def _with_id(
+    row: LinkRow,
+    topology: Topology,
+    peer_pod: str,
+    node: NodeView,
+    slots: SlotSource,
+    problems: list[str],
+) -> LinkRow | NoSlot | None:
+    """A node-to-node `row` (vxlan or grpc) with the id its namespace's slot gives it: a
+    VNI or a wire id. NO_SLOT while the namespace has no slot yet; the row with
+    `id_problem` when it can get none; None, with a problem, for a uid no id fits."""
+    slot = slots.slot_of(row.namespace)
     if slot is None:
         return NO_SLOT
     if isinstance(slot, str):
-        return row(
-            kind, local, remote, peer_status.src_ip, id_problem=slot, down=down, emulated=emulated
-        )
+        return replace(row, id_problem=slot)
     try:
-        if kind is LinkKind.VXLAN:
-            vxlan_id = vni(slot, uid, node.vni_base)
-            return row(kind, local, remote, peer_status.src_ip, vxlan_id=vxlan_id)
-        wire = wire_id(slot, uid, topology.name, peer_topology.name)
-        return row(kind, local, remote, peer_status.src_ip, wire=wire, down=down, emulated=emulated)
+        if row.kind is LinkKind.VXLAN:
+            return replace(row, vni=vni(slot, row.uid, node.vni_base))
+        return replace(row, wire_id=wire_id(slot, row.uid, topology.name, peer_pod))
     except IdError as exc:
-        problems.append(f"topology {topology.key}: link uid {uid}: uid: {exc}")
+        problems.append(f"topology {topology.key}: link uid {row.uid}: uid: {exc}")
         return None

@@ -2,9 +2,8 @@
 
 The kernel serializes every link change under one lock (rtnl), so two
 threads building links in the same pod netns gain nothing and lose a lot:
-they spin on that lock and fight for the GIL on the same cores. Measured on
-this project's 2-core machine, 1,500 veth rows between two pods took 2.3 s
-one at a time, 2.6 s with 2 threads and 2.9 s with 4. Rows in different
+they spin on that lock and fight for the GIL on the same cores, so more
+threads make one pod pair's links slower, not faster. Rows in different
 namespaces still run in parallel: a restarted pod's links never wait behind
 another pod pair's long pass, and one key waiting on the kernel (a deletion's
 RCU grace period, a wire's handshake) holds up only its own namespaces.

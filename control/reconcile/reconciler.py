@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.driver import LinkDriver
-from meshwire.control.links.errors import SpecError
+from meshwire.control.links.driver_errors import SpecError
 from meshwire.control.links.netns import CURRENT
 from meshwire.control.links.podend import node_interfaces
 from meshwire.control.reconcile.lanes import Lanes
@@ -92,7 +92,7 @@ class _Pass:
     ended: float = 0.0
 
 
-def _placement(row: LinkRow) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _site(row: LinkRow) -> tuple[str, tuple[tuple[str, str], ...]]:
     """What identifies a realised link in the kernel: its kind and where its ends are."""
     return row.kind, tuple((end.netns, end.intf) for end in row.ends())
 
@@ -247,7 +247,7 @@ class LinkReconciler:
                 done.calls.append((self.driver.delete, (old, self._taken_over(old))))
             return done
         previous = self._realised.get(key)
-        if previous is not None and _placement(previous) != _placement(row):
+        if previous is not None and _site(previous) != _site(row):
             log.debug(
                 "link %s: clear %s in %s (moved)", key, previous.kind.value, previous.local.netns
             )

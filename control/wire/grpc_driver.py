@@ -1,7 +1,7 @@
 """grpc: the workers carry the link; a persistent TAP in the node's netns, behind a pod end.
 
 The pod holds a pod end (links/podend.py), `local.intf` in `local.netns`. The
-TAP, `names.node_name(row key, TAP)` in the node's netns, marked, up and
+TAP, `iface_names.node_name(row key, TAP)` in the node's netns, marked, up and
 without an IPv6 address of its own, is stitched to the pod end's node side
 (links/tc.py). Its frames go through the dataplane workers: the driver hands
 one fd on the TAP to the wire manager (`WireEnds`), which passes it to the
@@ -28,14 +28,14 @@ from typing import Any
 from meshwire.control.common.config import Config, default
 from meshwire.control.links import iface, podend, rtnl, tc
 from meshwire.control.links.aside import Reaper
-from meshwire.control.links.errors import LinkError, blame
+from meshwire.control.links.driver_errors import LinkError, blame
+from meshwire.control.links.iface_names import Mark, NodeRole, Role, node_name, temp_name
 from meshwire.control.links.lifecycle import (
-    Placement,
+    RenameTarget,
     claim,
     clear_leftovers,
-    create_and_place,
+    create_and_rename,
 )
-from meshwire.control.links.names import Mark, NodeRole, Role, node_name, temp_name
 from meshwire.control.links.netns import CURRENT, Netns, NetnsGone, NotANetns, netlink, open_netns
 from meshwire.control.links.podend import Side
 from meshwire.control.tables.links import LinkRow
@@ -145,7 +145,7 @@ class GrpcDriver:
                 ipr.rtnl.request(rtnl.no_ipv6_addresses(made.index))
 
         try:
-            (made,) = create_and_place(mark, create, [Placement(temp, ns, ipr, name)])
+            (made,) = create_and_rename(mark, create, [RenameTarget(temp, ns, ipr, name)])
         except BaseException:
             for fd in fds:
                 os.close(fd)

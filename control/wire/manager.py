@@ -1,4 +1,4 @@
-"""The wire manager: control's state of every gRPC wire end on this node (DESIGN.md §5).
+"""The wire manager: control's state of every gRPC wire end on this node (docs/design.md §5).
 
 It owns control's TAP fds and the facts of state.py, and keeps three things
 equal to them:
@@ -56,7 +56,7 @@ from typing import Protocol
 
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.links.announce import announce_at
-from meshwire.control.links.errors import LinkError, SpecError
+from meshwire.control.links.driver_errors import LinkError, SpecError
 from meshwire.control.tables.links import End, LinkRow, LinksTable
 from meshwire.control.wire.state import (
     Wire,

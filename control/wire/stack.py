@@ -46,8 +46,8 @@ from meshwire.control.common.listening import StartWaits, start_patiently
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
 from meshwire.control.links import podend
-from meshwire.control.links.errors import SpecError
-from meshwire.control.links.names import Mark
+from meshwire.control.links.driver_errors import SpecError
+from meshwire.control.links.iface_names import Mark
 from meshwire.control.links.netns import CURRENT
 from meshwire.control.tables.links import LinkKind, LinkRow, LinksTable
 from meshwire.control.wire.grpc_driver import GrpcDriver

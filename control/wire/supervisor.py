@@ -122,7 +122,7 @@ class WorkerPool:
         # AddWire commands a worker refused (a bug if ever non-zero).
         self.refused = 0
 
-    # -- placement (WorkerSlots) --------------------------------------------------
+    # -- which worker carries a wire (WorkerSlots) ----------------------------
 
     def index_of(self, wire_id: int) -> int:
         return (wire_id >> 1) % self.settings.count

@@ -1,4 +1,4 @@
-"""The wire manager's door for netlink threads (DESIGN.md §5).
+"""The wire manager's door for netlink threads (docs/design.md §5).
 
 The grpc link driver runs in netlink threads (pyroute2 cannot run on uvloop),
 while the wire manager lives on the event loop and never locks. `ThreadEnds`
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from meshwire.control.links.errors import LinkError
+from meshwire.control.links.driver_errors import LinkError
 from meshwire.control.tables.links import LinkRow
 from meshwire.control.wire.manager import WireManager
 from meshwire.control.wire.types import TapRef

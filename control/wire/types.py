@@ -1,4 +1,4 @@
-"""The contracts of the gRPC wire's control side (DESIGN.md §5).
+"""The contracts of the gRPC wire's control side (docs/design.md §5).
 
 - `WireEnds`: what the grpc link driver (wire/grpc_driver.py, in a netlink thread)
   tells the wire manager about the TAPs it realises.

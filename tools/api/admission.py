@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from meshwire.control.model.names import dns_label_problem, dns_subdomain_problem
+from meshwire.control.model.name_rules import dns_label_problem, dns_subdomain_problem
 from meshwire.control.model.topology import API_VERSION, GROUP, KIND, ModelError, Topology
 from meshwire.control.model.validate import validate_topology
 from meshwire.tools.api import errors, jsonio

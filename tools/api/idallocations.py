@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from meshwire.control.common.slots import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from meshwire.control.model.names import dns_label_problem, dns_subdomain_problem
+from meshwire.control.model.name_rules import dns_label_problem, dns_subdomain_problem
 from meshwire.tools.api import errors, jsonio, watch
 from meshwire.tools.api.store import Store
 

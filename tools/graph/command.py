@@ -27,7 +27,7 @@ from meshwire.tools.graph.model import Graph
 from meshwire.tools.graph.serve import serve
 from meshwire.tools.graph.sources import KubeSource, LabSource, Source
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import LabNames, check_lab_name
+from meshwire.tools.lab.lab_names import LabNames, check_lab_name
 from meshwire.tools.lab.state import LabDir
 
 WRITERS: dict[str, Callable[[Graph], str]] = {

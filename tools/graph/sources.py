@@ -24,7 +24,7 @@ from kubernetes import client, config
 from meshwire.base import hostport
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from meshwire.tools.graph.model import Graph, build
-from meshwire.tools.lab.names import HUB_IP, LabNames
+from meshwire.tools.lab.lab_names import HUB_IP, LabNames
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.state import LabDir, LabState
 from meshwire.tools.lab.status import TOPOLOGIES_PATH

@@ -1,4 +1,4 @@
-"""`meshwire lab`: a whole meshwire lab on one machine (DESIGN.md §6, §9).
+"""`meshwire lab`: a whole meshwire lab on one machine (docs/design.md §6, §9).
 
     meshwire lab up FILE [--nodes N] [--placement FILE] [--config FILE] [--name NAME] [--dir DIR]
     meshwire lab status [--json] | check | restart-pod POD | move-pod POD NODE

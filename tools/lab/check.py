@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from meshwire.tools.lab import arp, icmp
 from meshwire.tools.lab.frames import frame_passes
 from meshwire.tools.lab.kernel import Ends
+from meshwire.tools.lab.lab_names import LabNames
 from meshwire.tools.lab.links import LabEnd, LabLink
-from meshwire.tools.lab.names import LabNames
 
 PULLED = "cable pulled (state down)"
 PROBE_TIMEOUT = 5.0  # an ARP request or echo, re-sent every 0.2 s until answered

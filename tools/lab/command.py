@@ -20,8 +20,8 @@ from meshwire.tools.lab import emulate, podexec
 from meshwire.tools.lab.check import check_all, tally
 from meshwire.tools.lab.down import down
 from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.lab_names import LabNames, check_lab_name, netns_path
 from meshwire.tools.lab.links import lab_links, topologies_of
-from meshwire.tools.lab.names import LabNames, check_lab_name, netns_path
 from meshwire.tools.lab.ops import kill_api, kill_daemon, move_pod, partition_node, restart_pod
 from meshwire.tools.lab.progress import for_stream
 from meshwire.tools.lab.render import summary

@@ -55,7 +55,7 @@ from meshwire.dataplane.rundir import start_time
 from meshwire.tools.lab import images, processes
 from meshwire.tools.lab.errors import LabError
 from meshwire.tools.lab.holder import hostname
-from meshwire.tools.lab.names import LabNames, netns_path
+from meshwire.tools.lab.lab_names import LabNames, netns_path
 from meshwire.tools.lab.probe import wait_until
 from meshwire.tools.lab.state import (
     ContainerdRecord,

@@ -32,7 +32,7 @@ from pathlib import Path
 from meshwire.dataplane import rundir
 from meshwire.tools.lab import containerd, netns, processes, software
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import LabNames
+from meshwire.tools.lab.lab_names import LabNames
 from meshwire.tools.lab.state import LabDir, LabState
 
 

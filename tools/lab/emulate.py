@@ -21,7 +21,7 @@ from meshwire.control.model.emulation import ANNOTATION, Impairments
 from meshwire.control.model.topology import API_VERSION, PLURAL, ModelError, Topology
 from meshwire.control.model.validate import validate_topology
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import HUB_IP, LabNames
+from meshwire.tools.lab.lab_names import HUB_IP, LabNames
 from meshwire.tools.lab.probe import http_request
 from meshwire.tools.lab.state import LabState
 

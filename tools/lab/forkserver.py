@@ -14,10 +14,10 @@ Requests come on stdin and answers go to stdout, one JSON object per line:
 
 An argv `[sys.executable, "-m", MODULE, ARGS...]` runs in the forked child
 (`runpy`, as `python -m` does); any other argv is exec'd there. The server forks
-only while it is single-threaded (grpc must never fork with threads live,
-DESIGN.md §7); if an import started a thread, every request is exec'd instead.
-It exits at the end of stdin. A child's own failure (a missing netns, a module
-that cannot start) goes to its log, with exit status 127 as `nsexec` gives.
+only while it is single-threaded (grpc must never fork with threads live); if
+an import started a thread, every request is exec'd instead. It exits at the
+end of stdin. A child's own failure (a missing netns, a module that cannot
+start) goes to its log, with exit status 127 as `nsexec` gives.
 """
 
 from __future__ import annotations

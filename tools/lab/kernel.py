@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from meshwire.control.links import rtnl
 from meshwire.control.links.netns import NetnsGone, NotANetns, rtnl_at
-from meshwire.tools.lab.names import resolve
+from meshwire.tools.lab.lab_names import resolve
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Each link appears in the Topology of both its pods; here it is one `LabLink`,
 its `a` end the pod that comes first in the file. The kind follows from the
-placement as the daemons derive it (DESIGN.md §4): a link under emulation
+placement as the daemons derive it (docs/design.md §4): a link under emulation
 (impairments or a `state` on either end) is grpc, both pods on one node is a
 veth, `peer_pod: localhost` a macvlan, otherwise the configured inter-node
 kind. Pure.

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from meshwire.base.netns_thread import call_in_netns, call_in_new_netns
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import NETNS_DIR, netns_path, resolve
+from meshwire.tools.lab.lab_names import NETNS_DIR, netns_path, resolve
 
 T = TypeVar("T")
 

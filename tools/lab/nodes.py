@@ -25,7 +25,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from meshwire.tools.lab import netns
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import (
+from meshwire.tools.lab.lab_names import (
     HUB_IP,
     UNDERLAY_INTF,
     UNDERLAY_PREFIX_LEN,

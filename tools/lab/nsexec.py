@@ -14,7 +14,7 @@ import os
 import sys
 
 from meshwire.base.netns_thread import setns
-from meshwire.tools.lab.names import resolve
+from meshwire.tools.lab.lab_names import resolve
 
 # The exit status when NETNS or CMD is missing, as a shell gives for a command not found.
 NOT_STARTED = 127

@@ -17,8 +17,8 @@ import time
 from meshwire.base import hostport
 from meshwire.tools.lab import nodes, pods, processes, software
 from meshwire.tools.lab.errors import LabError
+from meshwire.tools.lab.lab_names import LabNames
 from meshwire.tools.lab.links import lab_links, topologies_of
-from meshwire.tools.lab.names import LabNames
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.runtime import Runtime
 from meshwire.tools.lab.state import LabDir, LabState, PodRecord

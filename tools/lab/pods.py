@@ -24,7 +24,7 @@ from pathlib import Path
 from meshwire.tools.lab import netns
 from meshwire.tools.lab.cni import CniCall, invoke
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import LabNames, netns_path
+from meshwire.tools.lab.lab_names import LabNames, netns_path
 from meshwire.tools.lab.state import LabDir, LabState, PodRecord
 
 # Namespaces created and CNI ADDs in flight at once: each is mostly a wait on a

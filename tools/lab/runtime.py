@@ -3,7 +3,7 @@
 `lab up` loads the lab file, starts the embedded API, applies the topology,
 starts a daemon per node and calls the CNI shim; each of those is another
 part of meshwire, reached only through `Runtime`. `MeshwireRuntime` runs the
-real commands (DESIGN.md §9); tests that exercise the lab's own mechanics
+real commands (docs/design.md §9); tests that exercise the lab's own mechanics
 pass a stand-in with the same shape.
 """
 

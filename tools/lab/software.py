@@ -32,7 +32,7 @@ from pathlib import Path
 from meshwire.control.model.podspec import Bind, PodSpec
 from meshwire.tools.lab import containerd, holder, processes
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import netns_path
+from meshwire.tools.lab.lab_names import netns_path
 from meshwire.tools.lab.state import LabDir, LabState, PodRecord, ProcessRecord
 
 # Seconds one `exec` command may run: they configure, they do not serve.

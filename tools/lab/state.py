@@ -37,7 +37,7 @@ from typing import Any
 from meshwire.control.auth import token as tokens
 from meshwire.tools.lab import tmpfs
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.names import HUB_IP
+from meshwire.tools.lab.lab_names import HUB_IP
 
 DEFAULT_ROOT = Path("/run/meshwire-lab")
 STATE_FILE = "state.json"

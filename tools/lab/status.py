@@ -27,8 +27,8 @@ from meshwire.tools.lab import processes, software
 from meshwire.tools.lab.check import end_netns, pod_ends
 from meshwire.tools.lab.errors import LabError
 from meshwire.tools.lab.kernel import Ends
+from meshwire.tools.lab.lab_names import HUB_IP, LabNames, netns_path
 from meshwire.tools.lab.links import LabEnd, lab_links, topologies_of
-from meshwire.tools.lab.names import HUB_IP, LabNames, netns_path
 from meshwire.tools.lab.probe import http_get
 from meshwire.tools.lab.state import LabState
 

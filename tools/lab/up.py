@@ -39,8 +39,7 @@ from meshwire.tools.lab.cni import MARGIN
 from meshwire.tools.lab.errors import LabError
 from meshwire.tools.lab.forkserver import ForkServer
 from meshwire.tools.lab.kernel import Ends
-from meshwire.tools.lab.links import LabLink, lab_links
-from meshwire.tools.lab.names import (
+from meshwire.tools.lab.lab_names import (
     API_PORT,
     HUB_IP,
     LabNames,
@@ -48,6 +47,7 @@ from meshwire.tools.lab.names import (
     check_node_count,
     node_ip,
 )
+from meshwire.tools.lab.links import LabLink, lab_links
 from meshwire.tools.lab.nsexec import argv_for
 from meshwire.tools.lab.placement import load_placement, place
 from meshwire.tools.lab.probe import http_get, tcp_open, wait_until
@@ -147,31 +147,7 @@ def _up(
     if kube is not None:
         # A `down` just before may still be deleting them: wait before making anything.
         kube.await_namespaces(sorted({t.namespace for t in topologies}), progress.note)
-    lab = LabDir.locate(options.name, options.directory)
-    lab.create()
-    state = LabState(
-        name=options.name,
-        directory=str(lab.path.resolve()),
-        topology_file=str(options.file.resolve()),
-        topologies=[t.to_dict() for t in topologies],
-        with_daemons=runtime.with_daemons,
-        inter_node_link_type=str(base.get("inter_node_link_type", "vxlan")),
-        kubeconfig=str(options.kubeconfig.resolve()) if options.kubeconfig else "",
-        kube_server=kube.server if kube is not None else "",
-        software={
-            t.key: programs.specs[t.name].to_dict() for t in topologies if t.name in programs.specs
-        },
-    )
-    lab.save(state)
-    # The lab's API token (mode 0600): only who can read the lab directory's files may
-    # use its API, and its daemons' /links and /placement from off their loopback.
-    tokens.generate(lab.token_file)
-    # The lab's own cluster credentials (control/auth/certs.py): each node's daemon
-    # issues its own certificate from this CA.
-    certs.init_dir(lab.path / AUTH_DIR, force=True)
-    copy = lab.input_copy(options.file)
-    copy.parent.mkdir(exist_ok=True)
-    shutil.copyfile(options.file, copy)
+    lab, state = _lab_dir(options, runtime, topologies, programs, base, kube)
     daemon_steps = options.nodes if runtime.with_daemons else 0
     progress.begin(4 + options.nodes + daemon_steps + 1 + len(topologies) + 2 + bool(images))
 
@@ -183,40 +159,12 @@ def _up(
     state.netns.append(names.hub_netns)
     lab.save(state)
     nodes.create_hub(names)
-
-    if kube is None:
-        progress.step("embedded API")
-        start_api(lab, state, names, runtime)
-        progress.step("apply topology")
-        _start_host_relay(lab, state, names, progress)
-        applying = Apply(
-            runtime, lab.topologies_file, names.hub_netns, state.api_url, token_file=lab.token_file
-        )
-    else:
-        progress.step(f"API server {kube.server}: namespaces, ServiceAccount, RBAC")
-
-        def record(entry: str) -> None:
-            state.kube_created.append(entry)
-            lab.save(state)
-
-        kube.prepare(sorted({t.namespace for t in topologies}), record, progress.note)
-        progress.step("apply topology")
-        applying = Apply(runtime, lab.topologies_file, kubeconfig=kube.kubeconfig)
+    applying = _start_api_and_apply(lab, state, names, runtime, progress, topologies, kube)
 
     # The topology is applied in the background while the nodes, their daemons and the
     # pods' namespaces are made: none of those needs it, and apply keeps only one core busy.
     with applying:
-        for i, node in enumerate(node_names, start=1):
-            progress.step(f"node {node} {node_ip(i)}")
-            _create_node(lab, state, names, base, node, i, kube)
-
-        if runtime.with_daemons:
-            for node in node_names:
-                progress.step(f"daemon on {node}")
-                start_daemon(lab, state, runtime, node, forks)
-            if forks is not None:
-                forks.close()
-
+        _start_nodes(lab, state, names, runtime, progress, base, node_names, kube, forks)
         records = [pods.record(names, t.namespace, t.name, placement[t.key]) for t in topologies]
         progress.step(f"{len(records)} pod namespaces")
         pods.create_all(lab, state, records)
@@ -244,6 +192,99 @@ def _up(
     lab.save(state)
     progress.end()
     return state
+
+
+def _start_nodes(
+    lab: LabDir,
+    state: LabState,
+    names: LabNames,
+    runtime: Runtime,
+    progress: Progress,
+    base: dict[str, object],
+    node_names: list[str],
+    kube: KubeLab | None,
+    forks: ForkServer | None,
+) -> None:
+    """Each node's namespace, then (with daemons) each node's daemon; the fork server,
+    which starts only daemons, is closed after the last."""
+    for i, node in enumerate(node_names, start=1):
+        progress.step(f"node {node} {node_ip(i)}")
+        _create_node(lab, state, names, base, node, i, kube)
+    if runtime.with_daemons:
+        for node in node_names:
+            progress.step(f"daemon on {node}")
+            start_daemon(lab, state, runtime, node, forks)
+        if forks is not None:
+            forks.close()
+
+
+def _lab_dir(
+    options: UpOptions,
+    runtime: Runtime,
+    topologies: list[Topology],
+    programs: PodSoftware,
+    base: dict[str, object],
+    kube: KubeLab | None,
+) -> tuple[LabDir, LabState]:
+    """The lab's directory, made: its state file, API token, CA and a copy of the lab file."""
+    lab = LabDir.locate(options.name, options.directory)
+    lab.create()
+    state = LabState(
+        name=options.name,
+        directory=str(lab.path.resolve()),
+        topology_file=str(options.file.resolve()),
+        topologies=[t.to_dict() for t in topologies],
+        with_daemons=runtime.with_daemons,
+        inter_node_link_type=str(base.get("inter_node_link_type", "vxlan")),
+        kubeconfig=str(options.kubeconfig.resolve()) if options.kubeconfig else "",
+        kube_server=kube.server if kube is not None else "",
+        software={
+            t.key: programs.specs[t.name].to_dict() for t in topologies if t.name in programs.specs
+        },
+    )
+    lab.save(state)
+    # The lab's API token (mode 0600): only who can read the lab directory's files may
+    # use its API, and its daemons' /links and /placement from off their loopback.
+    tokens.generate(lab.token_file)
+    # The lab's own cluster credentials (control/auth/certs.py): each node's daemon
+    # issues its own certificate from this CA.
+    certs.init_dir(lab.path / AUTH_DIR, force=True)
+    copy = lab.input_copy(options.file)
+    copy.parent.mkdir(exist_ok=True)
+    shutil.copyfile(options.file, copy)
+    return lab, state
+
+
+def _start_api_and_apply(
+    lab: LabDir,
+    state: LabState,
+    names: LabNames,
+    runtime: Runtime,
+    progress: Progress,
+    topologies: list[Topology],
+    kube: KubeLab | None,
+) -> Apply:
+    """Start the embedded API (or prepare the cluster's: namespaces, ServiceAccount,
+    RBAC) and start applying the lab's topology to it, in the background."""
+    if kube is None:
+        progress.step("embedded API")
+        start_api(lab, state, names, runtime)
+        progress.step("apply topology")
+        _start_host_relay(lab, state, names, progress)
+        applying = Apply(
+            runtime, lab.topologies_file, names.hub_netns, state.api_url, token_file=lab.token_file
+        )
+    else:
+        progress.step(f"API server {kube.server}: namespaces, ServiceAccount, RBAC")
+
+        def record(entry: str) -> None:
+            state.kube_created.append(entry)
+            lab.save(state)
+
+        kube.prepare(sorted({t.namespace for t in topologies}), record, progress.note)
+        progress.step("apply topology")
+        applying = Apply(runtime, lab.topologies_file, kubeconfig=kube.kubeconfig)
+    return applying
 
 
 def _without_pod(programs: PodSoftware, topologies: list[Topology]) -> list[str]:

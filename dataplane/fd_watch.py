@@ -2,7 +2,7 @@
 
 Every call into a sender or receiver returns MW_IO bits: WRITE (output waits for
 the socket), TAPS (a sender is ready for its TAPs' next frames) and DONE. A
-`Watch` keeps the loop's readers and writers in step with the last bits, arming
+`FdWatch` keeps the loop's readers and writers in step with the last bits, arming
 or disarming only what changed, and calls `on_done` once. The socket stays
 watched for reading until DONE.
 """
@@ -21,7 +21,7 @@ DONE = int(lib.MW_IO_DONE)
 Step = Callable[[], int]
 
 
-class Watch:
+class FdWatch:
     """Runs `on_readable`, `on_writable` and `on_taps` (each returns the connection's next
     bits) as the socket `fd` and the TAPs' epoll fd `taps_fd` get ready."""
 

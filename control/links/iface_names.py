@@ -16,7 +16,7 @@ marked. An interface in that group without a mark is a build cut short (a
 crash between the two requests): it is meshwire's, and is deleted when its
 name is needed or no row wants it (`Iface.half_made`), never taken for a
 foreign one. No renaming: a rename costs the kernel an RCU grace period
-under its lock (synchronize_net), a quarter of a veth pair's build.
+under its lock (synchronize_net).
 
 Temporary names: a TAP, made by ioctl, cannot be created in a group; it is
 created under a temporary name, marked, then renamed (see lifecycle.py). A
