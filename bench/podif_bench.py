@@ -21,9 +21,12 @@ costs against the kernel's floor, on the same machine in the same run:
 
 The two simulated nodes are netns joined by a veth underlay of the lab's MTU
 (9,216); the pods' MTU is the config's default. Each is iperf3 TCP (one stream,
-`--seconds` long) from a to b; the figures are medians of `--repeat` runs, taking
-(a) to (d) in turn so load on the machine falls on all alike. Printed: each
-throughput and stitched/direct for veth and for vxlan. Namespaces are named
+`--seconds` long) from a to b, then 64-byte frames from a to b as fast as a's
+eth1 takes them (wire_bench's generator, to a MAC no pod has: b's eth1 counts
+each and drops it), the rate b received; the figures are medians of `--repeat`
+runs, taking (a) to (d) in turn so load on the machine falls on all alike.
+Printed: each throughput and frame rate, and stitched/direct for veth and for
+vxlan. Namespaces are named
 `mwpb<hex>-*` and removed at the end, even on failure."""
 
 from __future__ import annotations
@@ -34,8 +37,12 @@ import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from wire_bench import SINK_MAC, compile_framegen
 
 from meshwire.control.common.config import Config
 from meshwire.control.links.driver import Drivers, kernel_drivers
@@ -158,6 +165,25 @@ def iperf_mbps(a: str, b: str, seconds: float) -> float:
         server.wait()
 
 
+def eth1(netns: str) -> dict[str, Any]:
+    out = subprocess.run(["ip", "-n", netns.rsplit("/", 1)[1], "-j", "-s", "link", "show", "eth1"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    link: dict[str, Any] = json.loads(out)[0]
+    return link
+
+
+def frames_per_s(program: Path, a: str, b: str, seconds: float) -> float:
+    """64-byte frames a second that b's eth1 received while a sent as fast as it could."""
+    before = eth1(b)["stats64"]["rx"]["packets"]
+    argv = ["nsenter", f"--net={a}", str(program), "eth1", SINK_MAC, eth1(a)["address"],
+            "10.9.0.1", "10.9.0.2", str(seconds)]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
+    if run.returncode != 0:
+        raise RuntimeError(f"framegen {a}: {run.stderr}")
+    sent = float(json.loads(run.stdout)["seconds"])
+    return float(eth1(b)["stats64"]["rx"]["packets"] - before) / sent
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -174,9 +200,13 @@ def main() -> int:
             "vxlan stitched": vxlan_stitched(prefix, node_a, node_b),
         }
         runs: dict[str, list[float]] = {name: [] for name in pairs}
-        for _ in range(args.repeat):
-            for name, (a, b) in pairs.items():
-                runs[name].append(iperf_mbps(a, b, args.seconds))
+        frames: dict[str, list[float]] = {name: [] for name in pairs}
+        with tempfile.TemporaryDirectory(prefix="mwpb") as work:
+            program = compile_framegen(Path(work))
+            for _ in range(args.repeat):
+                for name, (a, b) in pairs.items():
+                    runs[name].append(iperf_mbps(a, b, args.seconds))
+                    frames[name].append(frames_per_s(program, a, b, args.seconds))
     finally:
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         for line in listed.splitlines():
@@ -184,15 +214,21 @@ def main() -> int:
             if name.startswith(f"{prefix}-"):
                 subprocess.run(["ip", "netns", "del", name], check=False)
     result: dict[str, float] = {name: statistics.median(values) for name, values in runs.items()}
+    rates = {name: statistics.median(values) for name, values in frames.items()}
     for kind in ("veth", "vxlan"):
-        result[f"{kind} ratio"] = result[f"{kind} stitched"] / result[f"{kind} direct"]
         direct_mbps, stitched_mbps = result[f"{kind} direct"], result[f"{kind} stitched"]
+        direct_fps, stitched_fps = rates[f"{kind} direct"], rates[f"{kind} stitched"]
+        result[f"{kind} ratio"] = stitched_mbps / direct_mbps
+        result[f"{kind} frames ratio"] = stitched_fps / direct_fps
         print(
-            f"TCP {kind}: direct {direct_mbps:.0f} Mbit/s, stitched {stitched_mbps:.0f} "
-            f"Mbit/s: stitched/direct {result[f'{kind} ratio']:.2f}"
+            f"{kind}: TCP direct {direct_mbps:.0f} Mbit/s, stitched {stitched_mbps:.0f} Mbit/s "
+            f"({result[f'{kind} ratio']:.2f}); 64-byte frames direct {direct_fps / 1e3:.0f}k/s, "
+            f"stitched {stitched_fps / 1e3:.0f}k/s ({result[f'{kind} frames ratio']:.2f})"
         )
     if args.json is not None:
-        args.json.write_text(json.dumps({"runs": runs, **result}, indent=2))
+        args.json.write_text(
+            json.dumps({"runs": runs, "frames": frames, "frames_per_s": rates, **result}, indent=2)
+        )
     return 0
 
 
