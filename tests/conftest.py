@@ -6,10 +6,13 @@ session of each pytest-xdist worker, started at the first test that asks for it:
 starting one takes seconds and half a gigabyte, so tests share it and keep to
 namespaces of their own. Tests that kill, pause or compact a server start a private `ControlPlane`.
 `kube_assets`: the folder with the binaries (built once by scripts/kube-assets.sh).
+`meshwire_image`: the DaemonSet's image archive for the real-node tests (scripts/image.sh).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import pytest
 from meshwire.tools.api.server import ApiServer
 from tests.api_helpers import private_server
 from tests.kube_cluster import ControlPlane, assets
+from tests.paths import REPO
 
 
 @pytest.fixture
@@ -30,6 +34,20 @@ async def server(tmp_path: Path) -> AsyncIterator[ApiServer]:
 @pytest.fixture(scope="session")
 def kube_assets() -> Path:
     return assets()
+
+
+@pytest.fixture(scope="session")
+def meshwire_image() -> Path:
+    """The DaemonSet's image, built as docs/deploying.md says (`make image` runs this script).
+
+    `make test` builds it before pytest and names it in MW_TEST_IMAGE; the script
+    returns at once when the archive's inputs have not changed since.
+    """
+    out = Path(os.environ.get("MW_TEST_IMAGE") or REPO / "build" / "meshwire-image.tar")
+    if not out.is_absolute():
+        out = REPO / out
+    subprocess.run(["bash", str(REPO / "scripts" / "image.sh"), str(out)], check=True)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from kubernetes.client import CoreV1Api
@@ -52,6 +52,9 @@ from tests.busybox_image import busybox_root
 from tests.deploy_helpers import config_text
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import admin
+
+if TYPE_CHECKING:
+    from tests.kube_underlay import Underlay
 
 NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-controller-manager")
 SERVICE_IP = "10.0.0.1"  # ControlPlane's --service-cluster-ip-range=10.0.0.0/24
@@ -166,16 +169,32 @@ def node_binaries(assets: Path) -> Path:
 
 
 class Node:
-    """One real node (see the module doc). `name` is both the node's and its netns's name."""
+    """One real node (see the module doc). `name` is both the node's and its netns's name.
 
-    def __init__(self, plane: ControlPlane, binaries: Path) -> None:
+    Alone, the node's address is on its loopback. With `underlay` (tests/kube_underlay.py)
+    it is `ip` on the node's interface to the underlay, where the other nodes reach it
+    (vxlan, the wire, the peer RPCs). `controllers=False` starts no kube-scheduler and
+    kube-controller-manager: one node of a cluster runs them for all.
+    """
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        binaries: Path,
+        *,
+        ip: str = "",
+        underlay: Underlay | None = None,
+        controllers: bool = True,
+    ) -> None:
         self.plane = plane
         self.binaries = binaries
+        self.underlay = underlay
+        self.controllers = controllers
         self.id = secrets.token_hex(3)
         self.name = f"mwrn-{self.id}"
         self.netns = f"/run/netns/{self.name}"
         rng = random.Random()
-        self.ip = f"198.18.{rng.randint(1, 254)}.{rng.randint(1, 254)}"
+        self.ip = ip or f"198.18.{rng.randint(1, 254)}.{rng.randint(1, 254)}"
         self.pod_subnet = f"{POD_SUBNET_PREFIX}.{rng.randint(1, 254)}.0/24"
         self.cgroup_root = f"/{self.name}"
         self.dir = Path(tempfile.mkdtemp(prefix="mw-node-"))
@@ -201,7 +220,8 @@ class Node:
             self._make_cgroup_root()
             self.start_containerd()
             self._import_base_images()
-            self._start_controllers()
+            if self.controllers:
+                self._start_controllers()
             self.start_kubelet()
             self.wait_ready()
         except BaseException:
@@ -250,12 +270,13 @@ class Node:
     def _make_netns(self) -> None:
         subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True)
         self._netns_made = True
-        for command in (
-            ["ip", "link", "set", "lo", "up"],
-            ["ip", "addr", "add", f"{self.ip}/32", "dev", "lo"],
-            ["ip", "addr", "add", f"{SERVICE_IP}/32", "dev", "lo"],
-        ):
-            subprocess.run(["ip", "-n", self.name, *command[1:]], check=True, capture_output=True)
+        commands = [["link", "set", "lo", "up"], ["addr", "add", f"{SERVICE_IP}/32", "dev", "lo"]]
+        if self.underlay is None:
+            commands.append(["addr", "add", f"{self.ip}/32", "dev", "lo"])
+        for command in commands:
+            subprocess.run(["ip", "-n", self.name, *command], check=True, capture_output=True)
+        if self.underlay is not None:
+            self.underlay.attach(self.name, self.ip)
 
     def _start_holder(self) -> None:
         with (self.logs / "holder.log").open("ab") as out:
@@ -524,6 +545,19 @@ imageGCLowThresholdPercent: 99
         self.start_kubelet()
         self.wait_ready()
 
+    def stop_runtime(self) -> None:
+        """kubelet and containerd stopped (SIGTERM, as a node's service manager stops
+        them); the containers run on under their shims, as on a node."""
+        self._stop("kubelet")
+        self._stop("containerd")
+
+    def start_runtime(self) -> None:
+        """containerd and kubelet started again after `stop_runtime`; returns once the
+        node is Ready."""
+        self.start_containerd()
+        self.start_kubelet()
+        self.wait_ready()
+
     def _kill_tasks(self) -> None:
         if not self._alive("containerd"):
             return
@@ -575,15 +609,25 @@ imageGCLowThresholdPercent: 99
             core.patch_node(self.name, {"spec": {"taints": [t.to_dict() for t in taints] or None}})
 
     def _delete_all_pods(self) -> None:
+        """The pods bound to this node, deleted (their CNI DEL runs); other nodes' pods
+        are theirs to delete. The pods with a network of their own go first: their CNI
+        DEL needs the hostNetwork pods (a chained plugin's daemon) still running."""
         core = self.core()
-        for pod in core.list_pod_for_all_namespaces().items:
-            with contextlib.suppress(Exception):
-                core.delete_namespaced_pod(
-                    pod.metadata.name, pod.metadata.namespace, grace_period_seconds=1
-                )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and core.list_pod_for_all_namespaces().items:
-            time.sleep(0.5)
+        mine = f"spec.nodeName={self.name}"
+        for host_network in (False, True):
+
+            def pods(host_network: bool = host_network) -> list[Any]:
+                found = core.list_pod_for_all_namespaces(field_selector=mine).items
+                return [p for p in found if bool(p.spec.host_network) == host_network]
+
+            for pod in pods():
+                with contextlib.suppress(Exception):
+                    core.delete_namespaced_pod(
+                        pod.metadata.name, pod.metadata.namespace, grace_period_seconds=1
+                    )
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and pods():
+                time.sleep(0.5)
 
     def pod_pid(self, uid: str) -> int:
         """A process of the pod `uid` on this node (any of its containers share its netns)."""

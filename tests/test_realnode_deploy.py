@@ -10,9 +10,6 @@ scripts/image.sh and imported into the node's containerd), create the pods of me
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
 import subprocess
 import time
 import uuid
@@ -29,7 +26,8 @@ from tests import deploy_objects
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import wait_for
 from tests.kube_node import BUSYBOX_IMAGE, Node, node_binaries, running_node
-from tests.paths import MESHNET, REPO
+from tests.paths import MESHNET
+from tests.ping_loop import PingLoop
 
 # The first test also waits for the module's node, and for the image when pytest runs
 # without `make test` on a cold cache (the build takes minutes).
@@ -49,26 +47,12 @@ IGNORED = (ApiException, HTTPError, OSError, LookupError)
 
 
 @pytest.fixture(scope="module")
-def image() -> Path:
-    """The DaemonSet's image, built as docs/deploying.md says (`make image` runs this script).
-
-    `make test` builds it before pytest and names it in MW_TEST_IMAGE; the script
-    returns at once when the archive's inputs have not changed since.
-    """
-    out = Path(os.environ.get("MW_TEST_IMAGE") or REPO / "build" / "meshwire-image.tar")
-    if not out.is_absolute():
-        out = REPO / out
-    subprocess.run(["bash", str(REPO / "scripts" / "image.sh"), str(out)], check=True)
-    return out
-
-
-@pytest.fixture(scope="module")
-def node(kube_assets: Path, image: Path) -> Iterator[Node]:
+def node(kube_assets: Path, meshwire_image: Path) -> Iterator[Node]:
     plane = ControlPlane(kube_assets)
     plane.start()
     try:
         with running_node(plane, node_binaries(kube_assets)) as running:
-            running.import_image(image)
+            running.import_image(meshwire_image)
             yield running
     finally:
         plane.stop()
@@ -212,34 +196,9 @@ def lab(node: Node) -> Lab:
     return lab
 
 
-class PingLoop:
-    """A ping every 10 ms from `pod` to `address` until `stop()`; `lost()` counts the gaps
-    in the replies' sequence (the last request in flight at the stop is not a loss)."""
-
-    def __init__(self, lab: Lab, pod: str, address: str) -> None:
-        self.proc = subprocess.Popen(
-            ["nsenter", f"--net={lab.netns(pod)}", "ping", "-i", "0.01", "-W", "1", address],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.output = ""
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        self.output, _ = self.proc.communicate(timeout=30)
-
-    def replies(self) -> list[int]:
-        return [int(s) for s in re.findall(r"icmp_seq=(\d+) ttl", self.output)]
-
-    def lost(self) -> list[int]:
-        seen = set(self.replies())
-        return [seq for seq in range(1, max(seen, default=0)) if seq not in seen]
-
-
 def assert_no_loss_while(lab: Lab, action: Callable[[], None]) -> None:
     before = lab.ifindexes()
-    loops = [PingLoop(lab, "r1", "12.12.12.2"), PingLoop(lab, "r2", "23.23.23.3")]
+    loops = [PingLoop(lab.netns("r1"), "12.12.12.2"), PingLoop(lab.netns("r2"), "23.23.23.3")]
     try:
         time.sleep(1)
         action()
