@@ -31,7 +31,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from meshwire.dataplane.netns_thread import call_in_netns
+from meshwire.base.netns_thread import call_in_netns
 from tests import deploy_objects
 from tests.kube_helpers import wait_for
 from tests.kube_node import BUSYBOX_IMAGE, Node, node_binaries
@@ -92,7 +92,7 @@ class Lab:
     def apply_deploy(self, auth_dir: Path) -> None:
         """deploy/ as it is, and the cluster's credentials as docs/deploying.md makes them."""
         subprocess.run(
-            [sys.executable, "-m", "meshwire.control.cli", "certs", "init", str(auth_dir)],
+            [sys.executable, "-m", "meshwire.tools.cli", "certs", "init", str(auth_dir)],
             check=True,
             capture_output=True,
         )
