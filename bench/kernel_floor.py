@@ -1,6 +1,6 @@
 """The kernel's own floor for veth links: what `ip -batch` takes for the same work.
 
-    .venv/bin/python bench/kernel_floor.py [--pairs 1500]
+    .venv/bin/python bench/kernel_floor.py [--pairs 1500] [--stitched]
 
 `measure(pairs, prefix)` makes two fresh network namespaces (`<prefix>a`,
 `<prefix>b`) and, timed, `pairs` veth pairs between them, each end addressed
@@ -12,9 +12,18 @@ up with carrier in the kernel (`floor_s`, polled every 10 ms: the kernel
 reports carrier through its linkwatch work, a little after the requests). Both
 namespaces are deleted afterwards, even on failure.
 
-This is the work meshwire does for a pod pair's links, minus the ownership
-marks, MAC addresses and read-backs: the figure to hold meshwire's converge
-time against (`reconcile_bench.py` reports the ratio).
+This is the work a link of one veth pair is, minus the ownership marks, MAC
+addresses and read-backs.
+
+`measure_stitched(pairs, prefix)` is the same for the links meshwire makes now
+(every pod end a veth whose peer is in the node's netns, a same-node link the
+two node sides stitched with tc): a third namespace (`<prefix>n`, the node)
+where one `ip -batch` makes, per link, both pods' veth pairs (their ends
+straight in `a` and `b`) and raises the node sides, then one `tc -batch` adds a
+clsact qdisc and a u32 match-all filter with a mirred redirect on each node
+side, toward the other; then the pod ends are addressed and raised as above.
+Both are figures to hold meshwire's converge time against (`reconcile_bench.py`
+reports the ratios).
 """
 
 from __future__ import annotations
@@ -70,6 +79,38 @@ def batches(pairs: int, peer_netns: str) -> tuple[str, str]:
         first.append(f"link set {a} up")
         second.append(f"address add {address_b} dev {b}")
         second.append(f"link set {b} up")
+    return "\n".join(first) + "\n", "\n".join(second) + "\n"
+
+
+def stitched_batches(pairs: int, a_netns: str, b_netns: str) -> tuple[str, str]:
+    """The node's `ip -batch` and `tc -batch` scripts for `pairs` stitched links."""
+    if not 0 < pairs <= MAX_PAIRS:
+        raise ValueError(f"kernel floor: pairs must be in 1..{MAX_PAIRS}, got {pairs}")
+    links, stitches = [], []
+    for index in range(pairs):
+        a, b = end_names(index)
+        node_a, node_b = f"s{a}", f"s{b}"
+        links.append(f"link add {node_a} type veth peer name {a} netns {a_netns}")
+        links.append(f"link add {node_b} type veth peer name {b} netns {b_netns}")
+        links.append(f"link set {node_a} up")
+        links.append(f"link set {node_b} up")
+        for here, there in ((node_a, node_b), (node_b, node_a)):
+            stitches.append(f"qdisc add dev {here} clsact")
+            stitches.append(
+                f"filter add dev {here} ingress prio 1 protocol all u32 match u32 0 0 "
+                f"action mirred egress redirect dev {there}"
+            )
+    return "\n".join(links) + "\n", "\n".join(stitches) + "\n"
+
+
+def pod_ends(pairs: int) -> tuple[str, str]:
+    """The `ip -batch` scripts that address and raise the ends in `a` and in `b`."""
+    first, second = [], []
+    for index in range(pairs):
+        a, b = end_names(index)
+        address_a, address_b = addresses(index)
+        first += [f"address add {address_a} dev {a}", f"link set {a} up"]
+        second += [f"address add {address_b} dev {b}", f"link set {b} up"]
     return "\n".join(first) + "\n", "\n".join(second) + "\n"
 
 
@@ -158,11 +199,43 @@ def measure(pairs: int, prefix: str) -> tuple[float, float]:
                 netns.delete(name)
 
 
+def measure_stitched(pairs: int, prefix: str) -> tuple[float, float]:
+    """As `measure`, for `pairs` links of two veth pairs stitched in a node netns."""
+    a_ns, b_ns, node_ns = f"{prefix}a", f"{prefix}b", f"{prefix}n"
+    links, stitches = stitched_batches(pairs, a_ns, b_ns)
+    ends_a, ends_b = pod_ends(pairs)
+    with tempfile.TemporaryDirectory(prefix="mwfloor") as tmp:
+        scripts = Path(tmp)
+        for name, text in (("links", links), ("stitches", stitches), ("a", ends_a), ("b", ends_b)):
+            (scripts / name).write_text(text)
+        try:
+            for name in (a_ns, b_ns, node_ns):
+                netns.create(name)
+            started = time.monotonic()
+            for tool, ns, script in (
+                ("ip", node_ns, "links"), ("tc", node_ns, "stitches"),
+                ("ip", a_ns, "a"), ("ip", b_ns, "b"),
+            ):  # fmt: skip
+                subprocess.run([tool, "-n", ns, "-batch", str(scripts / script)], check=True)
+            returned = time.monotonic() - started
+            deadline = started + TIMEOUT
+            while len(up_names(a_ns)) < pairs or len(up_names(b_ns)) < pairs:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"kernel floor: ends not up within {TIMEOUT:.0f}s")
+                time.sleep(POLL)
+            return returned, time.monotonic() - started
+        finally:
+            for name in (a_ns, b_ns, node_ns):
+                netns.delete(name)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=1500)
+    parser.add_argument("--stitched", action="store_true", help="links as meshwire makes them")
     args = parser.parse_args(argv)
-    returned, up = measure(args.pairs, f"mwfl{secrets.token_hex(3)}-")
+    how = measure_stitched if args.stitched else measure
+    returned, up = how(args.pairs, f"mwfl{secrets.token_hex(3)}-")
     print(
         json.dumps(
             {"veth_pairs": args.pairs, "batch_s": round(returned, 3), "floor_s": round(up, 3)}

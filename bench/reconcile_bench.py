@@ -31,8 +31,11 @@ host's loopback.
    `configured_s / floor_batch_s` (`ratio_to_batch`: until the `ip` runs
    returned), `ready_s / floor_batch_s` (`cold_ratio_to_batch`) and
    `all_up_s / floor_s` (`ratio`: both until every end has carrier, which
-   the kernel's linkwatch sets a while later). With `--runs N` each figure
-   is also given as the median of N runs.
+   the kernel's linkwatch sets a while later); and the floor of the links as
+   meshwire makes them (`kernel_floor.measure_stitched`: two veth pairs per
+   link stitched with tc in a node netns) with `configured_s /
+   floor_stitched_batch_s` (`ratio_to_stitched_batch`). With `--runs N` each
+   figure is also given as the median of N runs.
 2. Restarts (default 3node.yml, pod r3, 100 times): CNI DEL, a new netns, CNI
    ADD with a new container id, as `lab restart-pod` does. Measured per
    restart: from the ADD's exec until both ends of every link of the pod are
@@ -189,9 +192,16 @@ def restore_pods(state: LabState, names: LabNames) -> None:
 
 
 def floor(pairs: int) -> dict[str, float]:
-    """The kernel's floor for `pairs` veth pairs (`kernel_floor.py`), in fresh namespaces."""
+    """The kernel's floors for `pairs` links (`kernel_floor.py`), in fresh namespaces: one
+    veth pair each, and two stitched veth pairs each, as meshwire makes them."""
     batch_s, up_s = kernel_floor.measure(pairs, f"mwfl{secrets.token_hex(3)}-")
-    return {"floor_batch_s": round(batch_s, 3), "floor_s": round(up_s, 3)}
+    stitched_s, stitched_up_s = kernel_floor.measure_stitched(pairs, f"mwfl{secrets.token_hex(3)}-")
+    return {
+        "floor_batch_s": round(batch_s, 3),
+        "floor_s": round(up_s, 3),
+        "floor_stitched_batch_s": round(stitched_s, 3),
+        "floor_stitched_s": round(stitched_up_s, 3),
+    }
 
 
 def converge_with_floor(file: Path, runs: int, with_floor: bool) -> dict[str, Any]:
@@ -202,6 +212,9 @@ def converge_with_floor(file: Path, runs: int, with_floor: bool) -> dict[str, An
         if with_floor:
             result.update(floor(result["veth_pairs"]))
             result["ratio_to_batch"] = round(result["configured_s"] / result["floor_batch_s"], 2)
+            result["ratio_to_stitched_batch"] = round(
+                result["configured_s"] / result["floor_stitched_batch_s"], 2
+            )
             result["cold_ratio_to_batch"] = round(result["ready_s"] / result["floor_batch_s"], 2)
             result["ratio"] = round(result["all_up_s"] / result["floor_s"], 2)
         print(json.dumps(result), flush=True)
