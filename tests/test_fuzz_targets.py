@@ -17,7 +17,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ = REPO / "cext" / "fuzz"
-TARGETS = ("fuzz_batchdec", "fuzz_seal", "fuzz_receiver", "fuzz_cni_json", "fuzz_cni_frame")
+TARGETS = (
+    "fuzz_batchdec", "fuzz_seal", "fuzz_receiver", "fuzz_cni_json", "fuzz_cni_frame", "fuzz_emul",
+)  # fmt: skip
 RUN_SECONDS = 10
 
 pytestmark = pytest.mark.skipif(shutil.which("clang") is None, reason="clang is not installed")

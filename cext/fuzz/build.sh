@@ -17,6 +17,7 @@ declare -A sources=(
   [fuzz_receiver]="cext/h2receiver.c cext/h2io.c cext/batchmsg.c cext/wirec.c cext/seal.c"
   [fuzz_cni_json]=""
   [fuzz_cni_frame]=""
+  [fuzz_emul]="cext/emul.c"
 )
 declare -A libs=(
   [fuzz_seal]="-lcrypto"

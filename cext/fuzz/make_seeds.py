@@ -72,6 +72,27 @@ def frames_call(payload: bytes, namespace: str = "lab") -> bytes:
 FRAME = bytes(10) + b"\xff" * 6 + b"\x02\xaa\x00\x00\x00\x01\x88\xb5" + bytes(46)
 
 
+def emul_params(
+    delay_ns: int = 0, jitter_ns: int = 0, loss: int = 0, corrupt: int = 0,
+    duplicate: int = 0, reorder: int = 0, rate: int = 0,
+) -> bytes:  # fmt: skip
+    """mw_emul_params as the target reads it: the struct's bytes on this machine."""
+    return struct.pack("<QQIIIIQ", delay_ns, jitter_ns, loss, corrupt, duplicate, reorder, rate)
+
+
+def emul_run(params: bytes, *ops: bytes, max_frames: int = 999, max_bytes: int = 1 << 20) -> bytes:
+    """fuzz_emul's input: seed, limits, parameters, then the operations."""
+    return struct.pack("!QHI", 1, max_frames - 1, max_bytes) + params + b"".join(ops)
+
+
+def push(length: int, skip: int = 12, dt_us: int = 10) -> bytes:
+    return b"\x00" + struct.pack("!HBH", length, skip, dt_us)
+
+
+def pop(cap: int = 4096, dt_us: int = 1000) -> bytes:
+    return b"\x01" + struct.pack("!HH", cap, dt_us)
+
+
 def seeds() -> dict[str, dict[str, bytes]]:
     two = message(batch((1, FRAME), (7, FRAME[:20])))
     return {
@@ -106,6 +127,28 @@ def seeds() -> dict[str, dict[str, bytes]]:
             "escapes": b'{"cniVersion": "0.4\\u002e0", "x": "\\ud83d\\ude00\\n", "y": true}',
             "empty-strings": b'{"cniVersion": "", "meshwire_socket": ""}',
             "nested": b'{"a": [[[{"b": {}}]]], "cniVersion": "1.1.0"}',
+        },
+        "fuzz_emul": {
+            "delay-jitter": emul_run(
+                emul_params(delay_ns=2_000_000, jitter_ns=500_000),
+                *(push(64 + n) for n in range(8)),
+                *(pop() for _ in range(8)),
+            ),
+            "loss-duplicate-reorder": emul_run(
+                emul_params(loss=100_000, duplicate=200_000, reorder=300_000, corrupt=50_000),
+                *(push(1500) + pop(dt_us=1) for _ in range(16)),
+            ),
+            "rate-then-clear": emul_run(
+                emul_params(rate=125_000),
+                *(push(1500, dt_us=0) for _ in range(12)),
+                b"\x02" + emul_params(),
+                b"\x03" + struct.pack("!I", 200_000),
+                pop(),
+                pop(cap=100),
+            ),
+            "full-queue": emul_run(
+                emul_params(delay_ns=10**9), *(push(100, dt_us=0) for _ in range(6)), max_frames=4
+            ),
         },
         "fuzz_cni_frame": {
             "ok": b'{"exit": 0, "stdout": "{\\"cniVersion\\": \\"1.0.0\\"}"}\n',

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-3600}
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_batchdec fuzz_seal fuzz_receiver fuzz_cni_json fuzz_cni_frame)
+((${#targets[@]})) || targets=(fuzz_batchdec fuzz_seal fuzz_receiver fuzz_cni_json fuzz_cni_frame fuzz_emul)
 bash cext/fuzz/build.sh "${targets[@]}" >/dev/null
 for target in "${targets[@]}"; do
   work=cext/build/fuzz/runs/$target
