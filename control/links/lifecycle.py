@@ -94,11 +94,14 @@ def clear_leftovers(ipr: Any, mark: Mark, temps: Sequence[str], where: str = "(h
 @dataclass(frozen=True, slots=True)
 class Target:
     """An interface the create call makes as `name` in `netns`, in `iface_names.BUILD_GROUP`;
-    `ipr` is a netlink socket in `netns`."""
+    `ipr` is a netlink socket in `netns`. `up`: raised once marked; False leaves it
+    down (a pod end's node side, raised when a transport is stitched to it), which
+    spares the kernel closing it again, a wait for every CPU under its netlink lock."""
 
     netns: Netns
     ipr: Any
     name: str
+    up: bool = True
 
 
 def create_marked(
@@ -106,8 +109,8 @@ def create_marked(
 ) -> list[iface.Iface]:
     """Call `create` (it makes each target's interface under its final name, in
     `iface_names.BUILD_GROUP`, with its MAC), then mark each, take it out of the group
-    and raise it, in one request per interface; returns them as the kernel now has
-    them (`fresh`: no address read back, none is there yet).
+    and raise it (unless its `up` is False), in one request per interface; returns them
+    as the kernel now has them (`fresh`: no address read back, none is there yet).
 
     On any failure every target still half-made is deleted (for a veth that
     also removes the other end) and the error propagates: a failed attempt
@@ -122,8 +125,8 @@ def create_marked(
                 raise LinkError(
                     mark.link, target.netns.path, target.name, "vanished after creation"
                 )
-            iface.set_link(target.ipr, created.index, alias=mark.format(), group=0, up=True)
-            made.append(replace(created, mark=mark, up=True, group=0, fresh=True))
+            iface.set_link(target.ipr, created.index, alias=mark.format(), group=0, up=target.up)
+            made.append(replace(created, mark=mark, up=target.up, group=0, fresh=True))
     except BaseException:
         for target in targets:
             left = iface.find(target.ipr, target.name)

@@ -187,10 +187,9 @@ def _create(
             node.ipr.rtnl.request(rtnl.no_ipv6_addresses(made.index))
 
     pod_side, node_side = create_marked(
-        mark, make, [Target(pod.ns, pod.ipr, end.intf), Target(node.ns, node.ipr, name)]
+        mark, make, [Target(pod.ns, pod.ipr, end.intf), Target(node.ns, node.ipr, name, up=False)]
     )
-    iface.set_link(node.ipr, node_side.index, down=True)
-    return pod_side, replace(node_side, up=False)
+    return pod_side, node_side
 
 
 def _paired(pod: Side, pod_side: iface.Iface, node: Side, node_side: iface.Iface) -> bool:
