@@ -1,4 +1,4 @@
-"""Lanes: keys whose rows share a network namespace run one at a time.
+"""Lanes: keys whose rows share a network namespace, or a pod end, run one at a time.
 
 The kernel serializes every link change under one lock (rtnl), so two
 threads building links in the same pod netns gain nothing and lose a lot:

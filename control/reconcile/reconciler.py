@@ -195,7 +195,7 @@ class LinkReconciler:
 
     async def _worker(self) -> None:
         while (key := await self.queue.get()) is not None:
-            if self._lanes.claim(key, self._netns_of(key)):
+            if self._lanes.claim(key, self._lanes_of(key)):
                 await self._run(key)
 
     async def _run(self, key: str | None) -> None:
@@ -204,24 +204,30 @@ class LinkReconciler:
         parked behind its lanes that can claim theirs now: the first here, any other
         in a run of its own."""
         while key is not None:
-            batch = [key, *self._lanes.follow(key, self._netns_of, BATCH - 1)]
+            batch = [key, *self._lanes.follow(key, self._lanes_of, BATCH - 1)]
             try:
                 await self._reconcile(batch)
             finally:
                 for each in batch:
                     self.queue.done(each)
-                ready = self._lanes.release(key, self._netns_of)
+                ready = self._lanes.release(key, self._lanes_of)
             key = ready[0] if ready else None
             for other in ready[1:]:
                 run = asyncio.create_task(self._run(other))
                 self._runs.add(run)
                 run.add_done_callback(self._runs.discard)
 
-    def _netns_of(self, key: str) -> set[str]:
-        """The namespaces a pass over `key` may touch: its row's, and those of the row
-        last realised or deleted (what a move or a delete clears)."""
-        rows = (self.links.get(key), self._realised.get(key), self._deleted.get(key))
-        return {end.netns for row in rows if row is not None for end in row.ends()}
+    def _lanes_of(self, key: str) -> set[str]:
+        """The lanes a pass over `key` takes: the namespaces it may touch (its row's, and
+        those of the row last realised or deleted: what a move or a delete clears), and
+        its pods' (`pod:NS/POD`). A pod end's node side is named by its pod and
+        interface, not its netns, so two rows of one pod end in two netns (before and
+        after its pod moved, a detached row and the veth that replaces it) share it
+        and must not run at once."""
+        rows = [row for row in (self.links.get(key), self._realised.get(key),
+                                self._deleted.get(key)) if row is not None]  # fmt: skip
+        netns = {end.netns for row in rows for end in row.ends()}
+        return netns | {f"pod:{row.namespace}/{end.pod}" for row in rows for end in row.ends()}
 
     async def _reconcile(self, keys: list[str]) -> None:
         """One pass over each of `keys`, their driver calls in one trip to the pool:
