@@ -83,11 +83,16 @@ class VxlanDriver:
                     name, hns.fd, row.vni, remote, self._port, row.mtu, group=BUILD_GROUP
                 )
                 (found,) = create_marked(
-                    mark, lambda: self._add(node.ipr, add, row, name), [Target(hns, node.ipr, name)]
+                    mark,
+                    lambda: self._add(node.ipr, add, row, name),
+                    [Target(hns, node.ipr, name, up=False)],
                 )
-            iface.converge(node.ipr, found, mark, row.mtu, "")
+            # Stitched before it is raised: the kernel takes an interface that is up
+            # down for a moment to give it a qdisc, which waits for every CPU under
+            # its netlink lock.
             tc.stitch(node.ipr, pod_end.node.index, found.index)
             tc.stitch(node.ipr, found.index, pod_end.node.index)
+            iface.converge(node.ipr, found, mark, row.mtu, "")
             podend.set_carrier(node, pod_end, True)
             if pod_end.pod.fresh:
                 self._announcer.later(end)
