@@ -26,9 +26,12 @@ from meshwire.tools.lab.ops import kill_api, kill_daemon, move_pod, partition_no
 from meshwire.tools.lab.progress import for_stream
 from meshwire.tools.lab.render import summary
 from meshwire.tools.lab.runtime import MeshwireRuntime, Runtime
-from meshwire.tools.lab.state import LabDir
+from meshwire.tools.lab.state import LabDir, LabState
 from meshwire.tools.lab.status import api_items, api_statuses, gather, in_file_order, render
 from meshwire.tools.lab.up import LINKS_TIMEOUT, UpOptions, up
+
+# The commands that change the lab's state file: each holds its lock (LabDir.locked).
+STATE_WRITERS = frozenset({"restart-pod", "move-pod", "kill-daemon", "kill-api"})
 
 
 def parser() -> argparse.ArgumentParser:
@@ -144,7 +147,16 @@ def run(args: argparse.Namespace, names: LabNames, lab: LabDir, runtime: Runtime
             or f"lab {args.name}: nothing to remove"
         )
         return 0
-    state = lab.load()
+    if args.command in STATE_WRITERS:
+        with lab.locked():
+            return _run_on(args, names, lab, lab.load(), runtime)
+    return _run_on(args, names, lab, lab.load(), runtime)
+
+
+def _run_on(
+    args: argparse.Namespace, names: LabNames, lab: LabDir, state: LabState, runtime: Runtime | None
+) -> int:
+    """A command on a lab that exists, with its state as loaded."""
     chosen = runtime or MeshwireRuntime(with_daemons=state.with_daemons)
     if args.command == "status":
         status = gather(state, names)

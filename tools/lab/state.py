@@ -6,6 +6,8 @@ and every `meshwire lab` command finds it from any working directory; where
 `/run` is not a tmpfs, the default directory is one of its own, tmpfs.py):
 
     state.json            this file's `LabState` but its topologies, rewritten atomically
+    state.lock            held (flock) by each command that changes state.json, around
+                          its read and its writes, so two at once lose nothing
     topologies.json       the state's topologies, written once (they never change), as
                           a `kind: List` of API objects: what `up` applies
     api.db                the embedded API's SQLite database
@@ -27,9 +29,12 @@ never make `down` delete somebody's files.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -41,6 +46,7 @@ from meshwire.tools.lab.lab_names import HUB_IP
 
 DEFAULT_ROOT = Path("/run/meshwire-lab")
 STATE_FILE = "state.json"
+LOCK_FILE = "state.lock"
 # The lab file's Topology objects as `up` read them, fixed for the lab's life.
 TOPOLOGIES_FILE = "topologies.json"
 # In a node's directory: its workers' run directory.
@@ -295,6 +301,15 @@ class LabDir:
 
     def exists(self) -> bool:
         return self.state_file.exists()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the lab's state lock: a command that changes the state takes it before it
+        reads the state and keeps it until its last write, so commands run at once (as
+        bench/churn.py runs them) never write over each other's changes."""
+        with open(self.path / LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
     def load(self) -> LabState:
         """The saved state; raises LabError naming the directory when there is no lab."""
