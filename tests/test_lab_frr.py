@@ -39,7 +39,7 @@ def loopback(router: str) -> str:
 
 # Each router's OSPF neighbours, by router id.
 NEIGHBOURS = {router: {loopback(n) for n in ports} for router, ports in PORTS.items()}
-# Hello 1 s and dead 6 s converge in seconds; a loaded machine may take much longer.
+# Hello 1 s and dead 8 s converge in seconds; a loaded machine may take much longer.
 CONVERGE_DEADLINE = 120.0
 POLL = 0.5
 
@@ -171,14 +171,13 @@ def test_killing_every_daemon_changes_nothing_the_routers_see(
         wait_converged(lab, ROUTERS)
         wait_lldp(lab)
         before = {r: (ospf_up_since(lab, r), bfd_downs(lab, r), ifindexes(lab, r)) for r in ROUTERS}
-        assert all(downs == 0 for r in ROUTERS for _, downs in before[r][1].values()), before
         started = time.monotonic()
 
         assert lab.run("kill-daemon", "node1") == 0
         assert lab.run("kill-daemon", "node2") == 0
-        # Longer than OSPF's dead interval (6 s) and BFD's detection time (2 s), and than
+        # Longer than OSPF's dead interval (8 s) and BFD's detection time (3 s), and than
         # a new daemon takes to adopt the workers.
-        time.sleep(7)
+        time.sleep(9)
 
         elapsed_ms = (time.monotonic() - started) * 1000
         for router in ROUTERS:
@@ -189,10 +188,11 @@ def test_killing_every_daemon_changes_nothing_the_routers_see(
                 # No restart: up at least as long as before plus the time since, bar 1 s
                 # for FRR's own rounding and the time between the reads.
                 assert uptime >= ospf_before[rid] + elapsed_ms - 1000, (router, rid, uptime)
-            assert bfd_after == {peer: ("up", 0) for peer in before[router][1]}, (
-                router,
-                bfd_after,
-            )
+            # Every session up, and none went down since (a loaded machine may have
+            # flapped one while the lab converged, before the daemons were killed).
+            assert bfd_after == {
+                peer: ("up", downs) for peer, (_, downs) in before[router][1].items()
+            }, (router, bfd_after)
             assert ifindexes(lab, router) == links_before, router
         wait_lldp(lab)
 
