@@ -28,12 +28,18 @@ forwarding): control spawns it in a session of its own, it moves itself into
 (an AddWire with the TAP fd, as control sent it), then Ready. The last control
 to connect is the one it answers. A worker with no control process and no wire
 for `orphan_grace` seconds exits: one with wires goes on carrying them.
+
+A worker that outlives control may outlive the files it started from: a DaemonSet
+pod's snapshot is removed when the pod is replaced, and the worker is left in an
+empty root. So it reads every file it will need before it serves (`_load_now`):
+after Ready it opens none.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import contextlib
 import dataclasses
 import hashlib
@@ -114,6 +120,12 @@ def generation(config: WorkerConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _load_now() -> None:
+    """Loads what Python would otherwise load from files on first use, later: the IDNA
+    codec, which every connect's address resolution looks up (uvloop's getaddrinfo)."""
+    codecs.lookup("idna")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m meshwire.dataplane.worker")
     parser.add_argument("--control-fd", type=int, required=True)
@@ -124,6 +136,7 @@ def main(argv: list[str]) -> int:
     except (TypeError, ValueError) as exc:
         parser.error(f"--config: {exc}")
     control = socket.socket(fileno=args.control_fd)
+    _load_now()
     if config.netns:
         setns(config.netns)
     setup_logging(config.log_level, config.log_format, config.node, worker=config.index)

@@ -11,10 +11,14 @@ or an index it no longer has. Teardown stops every worker left in the directory.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,6 +27,7 @@ import pytest
 from dataplane_helpers import NODE, Pod, close_pods, make_node, make_pod, netns_prefix, ping
 from dataplane_helpers import wait_until as wait_for
 
+import meshwire.dataplane
 from meshwire.control.wire.manager import Desired
 from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
 from meshwire.dataplane import rundir
@@ -73,6 +78,16 @@ class Adopted:
             os.close(fd)
 
 
+def pool_settings(
+    node: str, port_base: int, run_dir: str = "", count: int = 1, batch_frames: int = 256,
+    orphan_grace: float = 60.0, wire_key: str = "",
+) -> PoolSettings:  # fmt: skip
+    return PoolSettings(
+        count, NODE, port_base, batch_frames, 0.1, netns=node, run_dir=run_dir,
+        orphan_grace=orphan_grace, wire_key=wire_key,
+    )  # fmt: skip
+
+
 @asynccontextmanager
 async def pool(
     node: str,
@@ -83,12 +98,10 @@ async def pool(
     batch_frames: int = 256,
     adopted: Adopted | None = None,
     orphan_grace: float = 60.0,
+    wire_key: str = "",
 ) -> AsyncIterator[WorkerPool]:
     """A pool, adopting what it finds in `run_dir` (if any) before it starts."""
-    settings = PoolSettings(
-        count, NODE, port_base, batch_frames, 0.1, netns=node, run_dir=run_dir,
-        orphan_grace=orphan_grace,
-    )  # fmt: skip
+    settings = pool_settings(node, port_base, run_dir, count, batch_frames, orphan_grace, wire_key)
     started = WorkerPool(settings, desired.get, adopted or Adopted())
     await started.adopt()
     await started.start()
@@ -99,9 +112,11 @@ async def pool(
 
 
 def wire(
-    pool_: WorkerPool, want: dict[int, Desired], wire_id: int, fd: int, peer: int, port: int
-) -> None:
-    want[wire_id] = Desired(AddWire(wire_id, NS, NODE, port, peer, note="n"), fd, generation=1)
+    pool_: WorkerPool, want: dict[int, Desired], wire_id: int, fd: int, peer: int, port: int,
+    impairments: tuple[float, ...] = (), generation: int = 1,
+) -> None:  # fmt: skip
+    command = AddWire(wire_id, NS, NODE, port, peer, impairments, note="n")
+    want[wire_id] = Desired(command, fd, generation)
     pool_.changed(wire_id)
 
 
@@ -261,3 +276,82 @@ async def test_a_process_of_another_user_gets_no_answer_from_a_worker(
             os.close(directory)
         assert heard.strip() == "0"  # closed at once, not a Hello
         assert only.pids() == {0: pid}
+
+
+# The control process of a DaemonSet pod that is being replaced: it starts its workers in
+# the pod's own mount namespace, then goes, leaving them running.
+LEAVING_CONTROL = """
+import asyncio, json, sys
+from meshwire.control.wire.supervisor import PoolSettings, WorkerPool
+async def main():
+    pool = WorkerPool(PoolSettings(**json.loads(sys.argv[1])), lambda wire_id: None)
+    await pool.start()
+    print(json.dumps(list(pool.pids().values())))
+    await pool.close()
+asyncio.run(main())
+"""
+
+
+def start_in_own_mounts(settings: PoolSettings, folder: Path) -> int:
+    """A worker started by a control process in a mount namespace of its own; its pid.
+    Their output goes to files in `folder` (a pipe would stay open in the worker)."""
+    with (folder / "pids").open("w") as out, (folder / "log").open("w") as log:
+        subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-c",
+             LEAVING_CONTROL, json.dumps(dataclasses.asdict(settings))],
+            check=True, stdout=out, stderr=log, timeout=60,
+        )  # fmt: skip
+    (pid,) = json.loads((folder / "pids").read_text())
+    return int(pid)
+
+
+def hide_files_from(pid: int) -> list[str]:
+    """Covers the code, the interpreter, the libraries and /etc in the worker's mount
+    namespace, as a replaced container's removed snapshot leaves them to its processes;
+    returns the folders covered. /usr goes last: `mount` runs from it."""
+    code = Path(meshwire.dataplane.__file__).resolve().parents[1]
+    folders = {code, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path("/etc")}
+    covered = [str(f) for f in sorted(folders) if not any(o in f.parents for o in folders)]
+    covered = [f for f in covered if f != "/usr"] + ["/usr"]
+    for folder in covered:
+        subprocess.run(
+            ["nsenter", "-t", str(pid), "-m", "--", "mount", "-t", "tmpfs", "-o", "size=64k",
+             "mwt-hidden", folder],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    return covered
+
+
+async def test_an_adopted_worker_forwards_after_every_file_it_started_from_is_gone(
+    pods: tuple[str, Pod, Pod], run_dir: str, tmp_path: Path
+) -> None:
+    """A DaemonSet rollout: the old pod's snapshot is removed under its workers, and the
+    new pod's control hands them wires they never held (vxlan until then, grpc now)."""
+    node, a, b = pods
+    key = tmp_path / "wire.key"
+    key.write_text(secrets.token_bytes(32).hex() + "\n")
+    settings = pool_settings(node, 54000, run_dir, wire_key=str(key))
+    pid = start_in_own_mounts(settings, tmp_path)
+    for folder in hide_files_from(pid):
+        assert not os.listdir(f"/proc/{pid}/root{folder}"), folder
+    want_a: dict[int, Desired] = {}
+    want_b: dict[int, Desired] = {}
+    adopted = Adopted()
+    try:
+        async with pool(node, 54100, want_b, wire_key=str(key)) as pb:
+            wire(pb, want_b, 3, b.fd, 2, 54000)
+            async with pool(node, 54000, want_a, run_dir, adopted=adopted, wire_key=str(key)) as pa:
+                assert pa.pids() == {0: pid}
+                wire(pa, want_a, 2, a.fd, 3, 54100)
+                await wait_for(lambda: 2 in pa.counters() and 3 in pb.counters())
+                assert await asyncio.to_thread(ping, a, b.address)
+                # Impaired (5 ms delay), then cleared: the emulator's path, then back.
+                wire(pa, want_a, 2, a.fd, 3, 54100, (5.0, 0, 0, 0, 0, 0, 0), generation=2)
+                await wait_for(lambda: pa.holds(2) == want_a[2].command)
+                assert await asyncio.to_thread(ping, a, b.address)
+                wire(pa, want_a, 2, a.fd, 3, 54100, generation=3)
+                await wait_for(lambda: pa.holds(2) == want_a[2].command)
+                assert await asyncio.to_thread(ping, a, b.address)
+                assert pa.pids() == {0: pid}, "the adopted worker died"
+    finally:
+        adopted.close()

@@ -215,6 +215,11 @@ class WorkerPool:
     def restarts(self) -> int:
         return sum(slot.restarts for slot in self._slots)
 
+    def holds(self, wire_id: int) -> AddWire | None:
+        """The command the wire's worker acknowledged last for it; None: it holds none."""
+        sent = self._slots[self.index_of(wire_id)].sent.get(wire_id)
+        return sent[0] if sent is not None else None
+
     def held(self) -> int:
         """Wires the workers hold (as far as control has told them)."""
         return sum(len(slot.sent) for slot in self._slots)
