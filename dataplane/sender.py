@@ -9,7 +9,8 @@ hands the C call its events (fd_watch.py) and reconnects when the call fails.
 The TAP fds of the stream's wires sit in one epoll set, and only that epoll fd
 is watched by the event loop, so arming and disarming costs one call however
 many wires the stream has. While the peer worker is unreachable the sender
-keeps trying (backing off from RETRY_MIN to RETRY_MAX) and the TAP queues fill,
+keeps trying (backing off from RETRY_MIN to RETRY_MAX; whatever the error, since a
+sender that stops is a link that is dead) and the TAP queues fill,
 so the kernel drops and counts on the TAP; frames in flight when a call fails
 are lost.
 """
@@ -124,12 +125,20 @@ class Sender:
                 await self._pause(pause)
                 pause = min(2 * pause, RETRY_MAX)
                 continue
+            except Exception as exc:  # a stream that stops is a dead link
+                log.error("stream %s: cannot connect (%r); retrying in %.2fs", self.key, exc, pause)
+                await self._pause(pause)
+                pause = min(2 * pause, RETRY_MAX)
+                continue
             pause = RETRY_MIN
             with sock:
                 try:
                     error = await self._serve(sock, session)
                 except MemoryError as exc:
                     error = str(exc)
+                except Exception as exc:  # as above: reopen, never stop
+                    log.error("stream %s: call failed (%r)", self.key, exc)
+                    error = repr(exc)
             if not self._closing.is_set():
                 log.info("stream %s ended (%s); reopening", self.key, error or "by the receiver")
                 await self._pause(RETRY_MIN)

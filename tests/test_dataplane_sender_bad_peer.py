@@ -1,4 +1,5 @@
-"""Issue #39: bytes a peer sends back never kill the sender of a stream.
+"""Issue #39: bytes a peer sends back never kill the sender of a stream, nor does an
+error the sender did not foresee while connecting.
 
 The peer answers a stream's call with trailers its owner chose; a sender
 that dies on them (a `grpc-message` that is not UTF-8) stalls every wire of
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from meshwire.dataplane import sender as sender_module
 from meshwire.dataplane.sender import Sender
 from meshwire.dataplane.streams import StreamKey
 from meshwire.dataplane.wirec import WireTable
@@ -101,3 +103,31 @@ async def test_a_non_utf8_grpc_message_does_not_kill_the_sender(
     finally:
         await sender.close()
     assert "grpc-status 2: \ufffd\ufffd refused" in caplog.text
+
+
+async def test_an_unforeseen_error_while_connecting_does_not_kill_the_sender(
+    rude_peer: tuple[RudePeer, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a worker left in a removed container's empty root once failed to connect
+    (LookupError: unknown encoding: idna), and its stream never tried again."""
+    peer, port = rude_peer
+    tune = sender_module.tcp.tune
+    failures: list[int] = []
+
+    def fails_twice(sock: object) -> None:
+        if len(failures) < 2:
+            failures.append(1)
+            raise LookupError("unknown encoding: idna")
+        tune(sock)
+
+    monkeypatch.setattr(sender_module.tcp, "tune", fails_twice)
+    sender = Sender(StreamKey("lab", LOOPBACK, port), WireTable(), lambda _: -1, 256, 1 << 20)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while peer.calls < 1:
+            assert loop.time() < deadline, f"no call after {len(failures)} failed connect(s)"
+            await asyncio.sleep(0.05)
+    finally:
+        await sender.close()
+    assert len(failures) == 2
