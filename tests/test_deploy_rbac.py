@@ -25,8 +25,9 @@ CALL = re.compile(
     r"\.(list|get|create|replace|patch|delete)_(?:namespaced|cluster)_custom_object"
     r"(_status)?(?:_with_http_info|_without_preload_content)?\("
 )
-# CoreV1Api: the uninstall watch's namespace list (and watch).
-CORE_CALL = re.compile(r"\.(list|get)_namespace(?:_without_preload_content)?\(")
+# CoreV1Api: the uninstall watch's namespace list and the node watch's node list (and
+# their watches).
+CORE_CALL = re.compile(r"\.(list|get)_(namespace|node)(?:_without_preload_content)?\(")
 WATCH_ARG = re.compile(r"[\"']?watch[\"']?\s*[:=]\s*True")
 # A resource a Reflector follows: it lists and watches it.
 FOLLOWED = re.compile(r"\bCustomObjects\(([^)]*)\)")
@@ -78,9 +79,10 @@ def calls_in(source: str) -> set[tuple[str, str, str]]:
             group, resource = GROUP, PLURAL
         out |= {(group, "list", resource), (group, "watch", resource)}
     for call in CORE_CALL.finditer(source):
-        out.add(("", call.group(1), "namespaces"))
-        if call.group(1) == "list" and WATCH_ARG.search(source):
-            out.add(("", "watch", "namespaces"))
+        verb, resource = call.group(1), call.group(2) + "s"
+        out.add(("", verb, resource))
+        if verb == "list" and WATCH_ARG.search(source):
+            out.add(("", "watch", resource))
     return out
 
 
@@ -118,7 +120,7 @@ def test_the_cluster_role_grants_exactly_what_the_daemon_calls() -> None:
     assert granted() == called
 
 
-def test_the_daemon_uses_no_kubernetes_api_but_custom_objects_and_namespaces() -> None:
+def test_the_daemon_uses_no_kubernetes_api_but_custom_objects_namespaces_and_nodes() -> None:
     kube_apis = {name for name in dir(kubernetes.client) if name.endswith("Api")}
     used: set[str] = set()
     for source in daemon_sources().values():
@@ -130,7 +132,7 @@ def test_the_daemon_uses_no_kubernetes_api_but_custom_objects_and_namespaces() -
         if "CoreV1Api" in source
         for m in re.finditer(r"core(?:\(\))?\.(\w+)\(", source)
     }
-    assert core_calls == {"list_namespace"}
+    assert core_calls == {"list_namespace", "list_node"}
 
 
 def test_the_role_is_bound_to_the_daemonsets_service_account() -> None:

@@ -254,3 +254,13 @@ def test_a_link_without_emulation_stays_on_the_kernels_path() -> None:
     for node_r2, kind in ((NODE_A, LinkKind.VETH), (NODE_B, LinkKind.VXLAN)):
         (row,) = derive_pods(two_pods(NODE_A, node_r2), {"default/r1"}, ON_A, SLOTS).rows.values()
         assert row.kind is kind and not row.emulated and not row.down
+
+
+def test_a_peer_whose_node_was_removed_from_the_cluster_leaves_the_end_detached() -> None:
+    table = two_pods(NODE_A, NODE_B)
+    (row,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS, lambda ip: ip == NODE_B).rows.values()
+    assert row.kind is LinkKind.DETACHED
+    assert (row.local.pod, row.local.intf) == ("r1", "eth1")
+    assert (row.peer.pod, row.peer.intf) == ("r2", "eth2")
+    (back,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS, lambda ip: False).rows.values()
+    assert back.kind is LinkKind.VXLAN

@@ -80,6 +80,13 @@ class ApiConfig(_Section):
         description="Server-side watch timeout (s); the informer re-watches from "
         "the last resourceVersion when it ends.",
     )
+    follow_nodes: bool = Field(
+        default=False,
+        description="Follow the cluster's Node objects: the links to a pod whose node was "
+        "removed from the cluster (its Node deleted) lose carrier until the pod runs "
+        "again. Needs `list` and `watch` on nodes (deploy/ turns it on and grants them); "
+        "a lab's embedded API has no Nodes.",
+    )
 
 
 class CniConfig(_Section):

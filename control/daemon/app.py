@@ -58,6 +58,7 @@ from meshwire.control.daemon.link_counters import CountersCache
 from meshwire.control.daemon.link_report import link_report
 from meshwire.control.daemon.metrics import Metrics, StateView, informer_counts
 from meshwire.control.daemon.netns_guard import GuardedDriver
+from meshwire.control.daemon.node_watch import NodeWatch
 from meshwire.control.daemon.placements import PlacementKeeper
 from meshwire.control.daemon.plumbing_error import PlumbingErrors
 from meshwire.control.daemon.sandbox_store import SandboxStore
@@ -115,7 +116,19 @@ class Daemon:
             request_timeout=config.api.request_timeout,
             watch_timeout=config.api.watch_timeout,
         )
-        self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots)
+        # Deployed by deploy/: the links to a node removed from the cluster lose carrier.
+        self.nodes = (
+            NodeWatch(
+                config.node_ip,
+                self._nodes_changed,
+                request_timeout=config.api.request_timeout,
+                watch_timeout=config.api.watch_timeout,
+            )
+            if config.api.follow_nodes
+            else None
+        )
+        gone = self.nodes.gone if self.nodes is not None else (lambda ip: False)
+        self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots, gone=gone)
         # Every node runs the wire stack: besides a grpc node's cross-node links, every
         # link under emulation (impairments or a cable state) is a grpc row.
         self.wire = _wire_stack(config, self.links)
@@ -296,6 +309,8 @@ class Daemon:
         ]
         if self.uninstall is not None:
             tasks.append(asyncio.create_task(self.uninstall.run(api), name="uninstall-watch"))
+        if self.nodes is not None:
+            tasks.append(asyncio.create_task(self.nodes.run(api), name="node-watch"))
         log.info(
             "meshwire daemon on node %s (%s) started; CNI socket %s, metrics %s",
             self.config.node_name,
@@ -398,6 +413,11 @@ class Daemon:
             "net_ns": topology.status.net_ns,
             "deriving": self.desired.pending(),
         }
+
+    def _nodes_changed(self) -> None:
+        """Before the first derivation (`_derive_loop`), that one reads the nodes."""
+        if self.links.initialized:
+            self.desired.rederive_all()
 
     def _slots_changed(self, namespaces: set[str]) -> None:
         self.desired.rederive_namespaces(namespaces)

@@ -105,3 +105,43 @@ class Namespace:
         from kubernetes.aio.client import CoreV1Api
 
         return CoreV1Api(self.api)
+
+
+@dataclass(frozen=True, slots=True)
+class Nodes:
+    """Every Node object of the cluster."""
+
+    api: ApiClient
+
+    @property
+    def name(self) -> str:
+        return "nodes"
+
+    async def list_page(self, token: str | None, limit: int, client_timeout: float) -> Any:
+        response = await self._core().list_node_without_preload_content(
+            limit=limit, _continue=token, _request_timeout=client_timeout
+        )
+        try:
+            if response.status != 200:
+                body = await response.text()
+                raise ApiException(status=response.status, reason=response.reason, body=body)
+            return await response.json()
+        finally:
+            response.close()
+
+    async def open_watch(
+        self, resource_version: str, timeout_seconds: int, client_timeout: float
+    ) -> ClientResponse:
+        response: ClientResponse = await self._core().list_node_without_preload_content(
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version or None,
+            timeout_seconds=timeout_seconds,
+            _request_timeout=client_timeout,
+        )
+        return response
+
+    def _core(self) -> Any:
+        from kubernetes.aio.client import CoreV1Api  # as Namespace's: imported when used
+
+        return CoreV1Api(self.api)

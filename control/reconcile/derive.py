@@ -6,9 +6,10 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
 
 - peer `localhost`: a macvlan row on the host interface `peer_intf`;
 - peer not running (no Topology, or no `src_ip`/`net_ns`: not started yet,
-  deleted, restarting): a `detached` row, the pod's end alone without
-  carrier; the link is built when the peer's change re-derives this pod (it
-  is a dependent);
+  deleted, restarting; or its `src_ip` is a node that `gone` says was removed
+  from the cluster, daemon/node_watch.py): a `detached` row, the pod's end
+  alone without carrier; the link is built when the peer's change re-derives
+  this pod (it is a dependent);
 - peer on this node: one veth row for the pair, the same whichever of the two
   pods is derived (no "lazy half");
 - peer on another node: a vxlan or grpc row, as `inter_node_link_type` says,
@@ -34,6 +35,7 @@ problem naming the object, link and field; the pod's other links still work.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -90,10 +92,19 @@ def _running(topology: Topology | None) -> bool:
     return topology is not None and bool(topology.status.src_ip) and bool(topology.status.net_ns)
 
 
+def _no_node_gone(ip: str) -> bool:
+    return False
+
+
 def derive_pods(
-    table: TopologyTable, pod_keys: set[str], node: NodeView, slots: SlotSource
+    table: TopologyTable,
+    pod_keys: set[str],
+    node: NodeView,
+    slots: SlotSource,
+    gone: Callable[[str], bool] = _no_node_gone,
 ) -> Derived:
-    """Rows and problems of every local pod among `pod_keys` (others yield nothing)."""
+    """Rows and problems of every local pod among `pod_keys` (others yield nothing);
+    `gone(ip)`: whether the node of that address was removed from the cluster."""
     out = Derived()
     for key in sorted(pod_keys):
         topology = table.get(key)
@@ -103,7 +114,7 @@ def derive_pods(
         validated = validate_topology(topology)
         problems.extend(str(p) for p in validated.problems)
         for link in validated.links:
-            row = _row(table, topology, link.uid, node, slots, problems)
+            row = _row(table, topology, link.uid, node, slots, problems, gone)
             if isinstance(row, LinkRow):
                 out.rows[row.key] = row
             elif row is NO_SLOT:
@@ -120,6 +131,7 @@ def _row(
     node: NodeView,
     slots: SlotSource,
     problems: list[str],
+    gone: Callable[[str], bool],
 ) -> LinkRow | NoSlot | None:
     """The link's row; NO_SLOT when it is due but its namespace has no id slot yet;
     None when there is none to build (a problem)."""
@@ -146,7 +158,7 @@ def _row(
     if problem is not None:
         problems.append(str(problem))
         return None
-    if peer_topology is None or not _running(peer_topology):
+    if peer_topology is None or not _running(peer_topology) or gone(peer_topology.status.src_ip):
         # The pod keeps its interface, without carrier, until its far end runs.
         far = End(link.peer_pod, "", link.peer_intf, link.peer_ip)
         return LinkRow(ns, uid, LinkKind.DETACHED, local, far, mtu)
