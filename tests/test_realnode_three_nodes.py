@@ -7,11 +7,13 @@ that carries vxlan, the gRPC wire and the peer RPCs between the node addresses, 
 one control plane. The tests run in order on it, as a cluster's life goes: deploy/ applied
 as it is (a meshwire pod Ready on each node, the idle cluster's cost reported); meshnet's
 3node.yml spread one pod per node by the scheduler (an anti-affinity in the pods' specs),
-every link pinging over vxlan, then over grpc once the ConfigMap says so and the
-DaemonSet is rolled out; a pod moved to its peer's node and back, its links changing
+every link pinging over vxlan; a pod moved to its peer's node and back, its links changing
 transport with it; a node's kubelet and containerd stopped for a minute, a node cut from
-the underlay, the API server restarted; a rollout across the nodes under 10 ms ping
-loops, the pings lost per link reported.
+the underlay, the API server restarted, a node removed from the cluster (its
+peers' ends lose carrier) and back; the ConfigMap switched to grpc and rolled out
+(the new daemons adopt the workers the old ones left in the removed pods) under 10 ms
+ping loops; then a rollout across the nodes, every cross-node link on the workers, under
+10 ms ping loops. The pings lost per link are reported.
 """
 
 from __future__ import annotations
@@ -448,6 +450,94 @@ def test_the_api_server_restarted_while_all_nodes_run(lab: Lab) -> None:
     lab.wait_all_ping()
 
 
+def carrier(netns: str, intf: str) -> tuple[bool, bool]:
+    """(admin up, carrier) of the interface, as `ip link` shows them in its netns."""
+    text = subprocess.run(
+        ["nsenter", f"--net={netns}", "ip", "-o", "link", "show", intf],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    flags = text.split("<", 1)[1].split(">", 1)[0].split(",")
+    return "UP" in flags, "NO-CARRIER" not in flags
+
+
+@pytest.mark.timeout(500)
+def test_a_node_removed_from_the_cluster_its_peers_lose_carrier(
+    lab: Lab, record_property: Any
+) -> None:
+    """r3's node is lost (cut from the underlay, its kubelet and containerd stopped), then
+    removed as an admin does: `kubectl delete node`, its pods force-deleted. The ends on
+    the other nodes that led to r3 stay, admin-up without carrier; r1 - r2 is untouched.
+    The node comes back, r3 is made again on it, and every link pings."""
+    underlay = lab.cluster.underlay
+    assert underlay is not None
+    lost = lab.cluster.node(lab.placement()["r3"])
+    far_ends = [(pod, intf) for pod, intf, peer, _ in lab.links() if peer == "r3"]
+    assert len(far_ends) == 2
+    netns = {pod: lab.netns(pod) for pod, _ in far_ends}
+    before = {k: v for k, v in lab.ifindexes().items() if k[0] != "r3"}
+    untouched = PingLoop(lab.netns("r1"), "12.12.12.2")
+    try:
+        underlay.cut(lost.name)
+        lost.stop_runtime()
+        removed = time.monotonic()
+        lab.core.delete_node(lost.name)
+        on_node = f"spec.nodeName={lost.name}"
+        for pod in lab.core.list_pod_for_all_namespaces(field_selector=on_node).items:
+            lab.core.delete_namespaced_pod(
+                pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
+            )
+        wait_for(
+            "r3's peers' ends without carrier, admin-up",
+            lambda: all(carrier(netns[pod], intf) == (True, False) for pod, intf in far_ends),
+            WAIT,
+            IGNORED,
+        )
+        seconds = time.monotonic() - removed
+        record_property("node_removed_carrier_lost_s", f"{seconds:.2f}")
+        print(f"node removed: its peers' ends lost carrier {seconds:.2f} s after the delete")
+        kinds = lab.kinds()
+        assert {kinds.get(end) for end in far_ends} == {"detached"}, kinds
+        assert lab.pings("r1", "12.12.12.2")
+    finally:
+        untouched.stop()
+        underlay.reconnect(lost.name)
+        lost.start_runtime()  # kubelet registers the node again
+    assert untouched.lost() == [], f"r1 - r2 lost pings: {untouched.output[-2000:]}"
+    lab.wait_daemons()
+    lab.create_pod("r3", spread())
+    lab.wait_running("r3")
+    assert lab.placement()["r3"] == lost.name
+    lab.wait_kinds(lab.transport)
+    lab.wait_all_ping()
+    assert {k: v for k, v in lab.ifindexes().items() if k[0] != "r3"} == before
+    assert all(carrier(netns[pod], intf) == (True, True) for pod, intf in far_ends)
+
+
+@pytest.mark.timeout(400)
+def test_grpc_configured_and_rolled_out_carries_every_link(lab: Lab, record_property: Any) -> None:
+    """The workers the vxlan daemons started are adopted by the grpc daemons in new pods
+    (their old root removed under them) and carry the links from then on."""
+    config = lab.core.read_namespaced_config_map("meshwire-config", DAEMON_NS)
+    text = config.data["config.yaml"]
+    grpc = text.replace("inter_node_link_type: vxlan", "inter_node_link_type: grpc")
+    assert grpc != text, "deploy/configmap.yaml no longer says inter_node_link_type: vxlan"
+    lab.core.patch_namespaced_config_map(
+        "meshwire-config", DAEMON_NS, {"data": {"config.yaml": grpc}}
+    )
+    before = lab.ifindexes()
+    loops = loops_on_cross_node_links(lab)
+    try:
+        # As `kubectl rollout restart` does.
+        restarted = {"kubectl.kubernetes.io/restartedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        lab.roll_out({"spec": {"template": {"metadata": {"annotations": restarted}}}})
+        lab.transport = "grpc"
+        lab.wait_kinds("grpc")
+        lab.wait_all_ping()
+    finally:
+        stop_and_report(loops, record_property, "vxlan_to_grpc")
+    assert lab.ifindexes() == before, "a pod end was replaced when the transport changed"
+
+
 @pytest.mark.timeout(600)
 def test_a_rollout_across_nodes_under_10ms_pings(lab: Lab, record_property: Any) -> None:
     current = deploy_objects.daemonset_image(lab.deploy)
@@ -469,32 +559,3 @@ def test_a_rollout_across_nodes_under_10ms_pings(lab: Lab, record_property: Any)
     assert {p.spec.containers[0].image for p in pods.values()} == {tag}
     assert lab.ifindexes() == before, "a link end was rebuilt"
     lab.wait_all_ping()
-
-
-# Fails on every run so far: after the switch each node's /links says every cross-node
-# link is grpc and done, but no frame crosses. The workers the vxlan daemons spawned
-# are adopted by the grpc daemons ("adopted pid ... with 0 wires"); the wires they are
-# then handed are stitched to their TAPs, yet the workers never read those TAPs (TX 0,
-# the frames queue) nor open a connection to the peer's data port (no SYN in `ss`).
-# strict: the day it passes, this mark must go.
-@pytest.mark.xfail(
-    strict=True,
-    reason="a vxlan -> grpc switch leaves the adopted dataplane workers carrying nothing",
-)
-@pytest.mark.timeout(400)
-def test_grpc_configured_and_rolled_out_carries_every_link(lab: Lab) -> None:
-    config = lab.core.read_namespaced_config_map("meshwire-config", DAEMON_NS)
-    text = config.data["config.yaml"]
-    grpc = text.replace("inter_node_link_type: vxlan", "inter_node_link_type: grpc")
-    assert grpc != text, "deploy/configmap.yaml no longer says inter_node_link_type: vxlan"
-    lab.core.patch_namespaced_config_map(
-        "meshwire-config", DAEMON_NS, {"data": {"config.yaml": grpc}}
-    )
-    before = lab.ifindexes()
-    # As `kubectl rollout restart` does.
-    restarted = {"kubectl.kubernetes.io/restartedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    lab.roll_out({"spec": {"template": {"metadata": {"annotations": restarted}}}})
-    lab.transport = "grpc"
-    lab.wait_kinds("grpc")
-    lab.wait_all_ping()
-    assert lab.ifindexes() == before, "a pod end was replaced when the transport changed"
