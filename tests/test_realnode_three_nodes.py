@@ -18,7 +18,10 @@ ping loops; then a rollout across the nodes, every cross-node link on the worker
 
 from __future__ import annotations
 
+import collections
 import json
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -35,6 +38,7 @@ from urllib3.exceptions import HTTPError
 
 from meshwire.base.netns_thread import call_in_netns
 from tests import deploy_objects
+from tests.kne_lab import ring_lab, ring_links
 from tests.kube_helpers import wait_for
 from tests.kube_node import BUSYBOX_IMAGE, Node, node_binaries
 from tests.kube_nodes import Cluster, running_cluster
@@ -213,9 +217,9 @@ class Lab:
 
     # -- the pods' network ---------------------------------------------------------------------
 
-    def container_pid(self, name: str) -> int:
+    def container_pid(self, name: str, namespace: str = LAB_NS) -> int:
         """A process of the pod's busybox container (not its pause container)."""
-        pod = self.core.read_namespaced_pod(name, LAB_NS)
+        pod = self.core.read_namespaced_pod(name, namespace)
         node = self.cluster.node(pod.spec.node_name)
         base = Path("/sys/fs/cgroup/pids") / node.cgroup_root.lstrip("/")
         for procs in sorted(base.glob(f"kubepods/**/pod{pod.metadata.uid}/*/cgroup.procs")):
@@ -242,10 +246,10 @@ class Lab:
             if pod < peer and where[pod] != where[peer]
         ]
 
-    def pings(self, pod: str, address: str) -> bool:
+    def pings(self, pod: str, address: str, namespace: str = LAB_NS) -> bool:
         """Whether busybox's ping, run inside the pod (its network and files), gets a reply."""
         done = subprocess.run(
-            ["nsenter", "-t", str(self.container_pid(pod)), "--net", "--mount", "--",
+            ["nsenter", "-t", str(self.container_pid(pod, namespace)), "--net", "--mount", "--",
              "ping", "-c", "2", "-W", "2", address],
             capture_output=True,
         )  # fmt: skip
@@ -559,3 +563,122 @@ def test_a_rollout_across_nodes_under_10ms_pings(lab: Lab, record_property: Any)
     assert {p.spec.containers[0].image for p in pods.values()} == {tag}
     assert lab.ifindexes() == before, "a link end was rebuilt"
     lab.wait_all_ping()
+
+
+KNE_NS = "kne"
+KNE_PODS = 60
+ADD_LINE = re.compile(r"CNI ADD (\S+) timings: .*daemon_ms=([0-9.]+)")
+
+
+class Milestones:
+    """Seconds from `start` until each pod first showed each phase done, read by polling."""
+
+    PHASES = ("scheduled", "init_started", "init_done", "ready")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.at: dict[str, dict[str, float]] = {phase: {} for phase in self.PHASES}
+        self.links_up = 0.0
+
+    def see(self, pods: list[Any]) -> None:
+        now = time.monotonic() - self.start
+        for pod in pods:
+            name = pod.metadata.name
+            inits = pod.status.init_container_statuses or []
+            state = inits[0].state if inits else None
+            ready = {c.type: c.status for c in pod.status.conditions or []}.get("Ready")
+            done = {
+                "scheduled": bool(pod.spec.node_name),
+                "init_started": state is not None and bool(state.running or state.terminated),
+                "init_done": state is not None and bool(state.terminated),
+                "ready": ready == "True",
+            }
+            for phase, reached in done.items():
+                if reached:
+                    self.at[phase].setdefault(name, now)
+
+    def all_by(self, phase: str, count: int) -> float | None:
+        times = self.at[phase]
+        return max(times.values()) if len(times) == count else None
+
+
+def kne_ends_done(lab: Lab) -> int:
+    """Link ends of the kne namespace that the nodes' /links say are done."""
+    done = 0
+    for node in lab.cluster.nodes:
+        for entry in lab.links_report(node):
+            if entry["state"] == "done" and entry["local"]["pod"].startswith(f"{KNE_NS}/"):
+                done += 2 if entry["kind"] == "veth" else 1
+    return done
+
+
+def add_durations(lab: Lab) -> list[float]:
+    """The daemon's time (ms) in each CNI ADD of the kne pods, from the daemons' logs."""
+    out = []
+    for name, pod in lab.wait_daemons().items():
+        text = lab.cluster.node(name).container_log(DAEMON_NS, pod, "meshwire", lines=5000)
+        out += [float(m.group(2)) for m in ADD_LINE.finditer(text) if m.group(1).startswith(KNE_NS)]
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_a_kne_sized_lab_of_60_pods_comes_up_over_three_nodes(
+    lab: Lab, record_property: Any
+) -> None:
+    """60 busybox pods, each with KNE's init-wait, and their 90 links, applied at once as
+    KNE does (Topologies, then Pods), spread by the scheduler; the time to each phase
+    reported (not asserted): scheduling, sandbox and CNI ADD (the init container
+    starts once both are done), the interfaces seen by init-wait, every link done."""
+    topologies, pods = ring_lab(KNE_PODS)
+    links = ring_links(KNE_PODS)
+    lab.core.create_namespace({"metadata": {"name": KNE_NS}})
+    wait_for(
+        f"namespace {KNE_NS}'s default ServiceAccount with a token",
+        lambda: lab.core.read_namespaced_service_account("default", KNE_NS).secrets or None,
+        WAIT,
+        IGNORED,
+    )
+    try:
+        seen = Milestones(time.monotonic())
+        for body in topologies:
+            lab.custom.create_namespaced_custom_object(*TOPOLOGY[:2], KNE_NS, TOPOLOGY[2], body)
+        for body in pods:
+            lab.core.create_namespaced_pod(KNE_NS, body)
+        applied = time.monotonic() - seen.start
+        deadline = time.monotonic() + 600
+        while seen.all_by("ready", KNE_PODS) is None or not seen.links_up:
+            assert time.monotonic() < deadline, f"lab not up: {seen.at}"
+            seen.see(lab.core.list_namespaced_pod(KNE_NS).items)
+            if not seen.links_up and kne_ends_done(lab) == 2 * len(links):
+                seen.links_up = time.monotonic() - seen.start
+            time.sleep(0.5)
+        adds = add_durations(lab)
+        placement = {
+            pod.metadata.name: pod.spec.node_name
+            for pod in lab.core.list_namespaced_pod(KNE_NS).items
+        }
+        phases = {
+            "applied": round(applied, 1),
+            **{p: round(seen.all_by(p, KNE_PODS) or 0.0, 1) for p in Milestones.PHASES},
+            "links_up": round(seen.links_up, 1),
+            "add_daemon_ms_median": round(statistics.median(adds), 1) if adds else None,
+            "add_daemon_ms_max": round(max(adds), 1) if adds else None,
+            "adds": len(adds),
+            "per_node": dict(collections.Counter(placement.values())),
+        }
+        record_property("kne60_phases", json.dumps(phases))
+        print(f"KNE-sized lab, {KNE_PODS} pods and {len(links)} links: {phases}")
+        assert len(set(placement.values())) == 3, "the pods did not spread"
+        # A sample of the links carries traffic, from inside the pods.
+        for uid in range(1, len(links) + 1, len(links) // 6):
+            a, _, _, _ = links[uid - 1]
+            address = f"10.{200 + uid // 250}.{uid % 250}.2"
+            assert lab.pings(f"r{a:02d}", address, KNE_NS), f"link {uid} from r{a:02d}"
+    finally:
+        lab.core.delete_namespace(KNE_NS, grace_period_seconds=1)
+        wait_for(
+            f"namespace {KNE_NS}'s pods gone",
+            lambda: not lab.core.list_namespaced_pod(KNE_NS).items,
+            300,
+            IGNORED,
+        )
