@@ -71,40 +71,21 @@ class Namespace:
         return f"namespace {self.namespace}"
 
     async def list_page(self, token: str | None, limit: int, client_timeout: float) -> Any:
-        response = await self._core().list_namespace_without_preload_content(
-            field_selector=f"metadata.name={self.namespace}",
-            limit=limit,
-            _continue=token,
-            _request_timeout=client_timeout,
+        return await _json_of(
+            await _core(self.api).list_namespace_without_preload_content(
+                field_selector=f"metadata.name={self.namespace}",
+                **_page_args(token, limit, client_timeout),
+            )
         )
-        try:
-            if response.status != 200:
-                body = await response.text()
-                raise ApiException(status=response.status, reason=response.reason, body=body)
-            return await response.json()
-        finally:
-            response.close()
 
     async def open_watch(
         self, resource_version: str, timeout_seconds: int, client_timeout: float
     ) -> ClientResponse:
-        response: ClientResponse = await self._core().list_namespace_without_preload_content(
+        response: ClientResponse = await _core(self.api).list_namespace_without_preload_content(
             field_selector=f"metadata.name={self.namespace}",
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=resource_version or None,
-            timeout_seconds=timeout_seconds,
-            _request_timeout=client_timeout,
+            **_watch_args(resource_version, timeout_seconds, client_timeout),
         )
         return response
-
-    def _core(self) -> Any:
-        # Imported here, not with the module: the client's core API module takes
-        # 0.3-0.45 s to import, which every daemon paid at start, though only
-        # deploy/ follows its namespace.
-        from kubernetes.aio.client import CoreV1Api
-
-        return CoreV1Api(self.api)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,30 +99,52 @@ class Nodes:
         return "nodes"
 
     async def list_page(self, token: str | None, limit: int, client_timeout: float) -> Any:
-        response = await self._core().list_node_without_preload_content(
-            limit=limit, _continue=token, _request_timeout=client_timeout
+        return await _json_of(
+            await _core(self.api).list_node_without_preload_content(
+                **_page_args(token, limit, client_timeout)
+            )
         )
-        try:
-            if response.status != 200:
-                body = await response.text()
-                raise ApiException(status=response.status, reason=response.reason, body=body)
-            return await response.json()
-        finally:
-            response.close()
 
     async def open_watch(
         self, resource_version: str, timeout_seconds: int, client_timeout: float
     ) -> ClientResponse:
-        response: ClientResponse = await self._core().list_node_without_preload_content(
-            watch=True,
-            allow_watch_bookmarks=True,
-            resource_version=resource_version or None,
-            timeout_seconds=timeout_seconds,
-            _request_timeout=client_timeout,
+        response: ClientResponse = await _core(self.api).list_node_without_preload_content(
+            **_watch_args(resource_version, timeout_seconds, client_timeout)
         )
         return response
 
-    def _core(self) -> Any:
-        from kubernetes.aio.client import CoreV1Api  # as Namespace's: imported when used
 
-        return CoreV1Api(self.api)
+def _core(api: ApiClient) -> Any:
+    # Imported here, not with the module: the client's core API module takes
+    # 0.3-0.45 s to import, which every daemon paid at start, though only
+    # deploy/ follows its namespace and the nodes.
+    from kubernetes.aio.client import CoreV1Api
+
+    return CoreV1Api(api)
+
+
+def _page_args(token: str | None, limit: int, client_timeout: float) -> dict[str, Any]:
+    return {"limit": limit, "_continue": token, "_request_timeout": client_timeout}
+
+
+def _watch_args(
+    resource_version: str, timeout_seconds: int, client_timeout: float
+) -> dict[str, Any]:
+    return {
+        "watch": True,
+        "allow_watch_bookmarks": True,
+        "resource_version": resource_version or None,
+        "timeout_seconds": timeout_seconds,
+        "_request_timeout": client_timeout,
+    }
+
+
+async def _json_of(response: ClientResponse) -> Any:
+    """A list's answer as JSON; ApiException for any status but 200."""
+    try:
+        if response.status != 200:
+            body = await response.text()
+            raise ApiException(status=response.status, reason=response.reason, body=body)
+        return await response.json()
+    finally:
+        response.close()
