@@ -52,6 +52,7 @@ from typing import Any
 import yaml
 
 from meshwire.base import hostport
+from meshwire.control.model.topology import Link
 from meshwire.control.reconcile.status_writer import DEFAULT_WRITE_BURST, DEFAULT_WRITE_RATE
 from meshwire.tools.lab.daemons import read_base
 from meshwire.tools.lab.probe import http_get
@@ -79,8 +80,8 @@ def generate(pods: int, chords: int, seed: int) -> list[dict[str, Any]]:
         base = NET.network_address + 4 * (uid - 1)
         a_ip, b_ip = f"{base + 1}/30", f"{base + 2}/30"
         a_intf, b_intf = f"eth{len(links[a]) + 1}", f"eth{len(links[b]) + 1}"
-        links[a].append(_link(uid, b, a_intf, b_intf, a_ip, b_ip))
-        links[b].append(_link(uid, a, b_intf, a_intf, b_ip, a_ip))
+        links[a].append(Link(uid, b, a_intf, b_intf, a_ip, b_ip).to_dict())
+        links[b].append(Link(uid, a, b_intf, a_intf, b_ip, a_ip).to_dict())
     return [
         {
             "apiVersion": "networkop.co.uk/v1beta1",
@@ -90,17 +91,6 @@ def generate(pods: int, chords: int, seed: int) -> list[dict[str, Any]]:
         }
         for name in names
     ]
-
-
-def _link(uid: int, peer: str, local: str, remote: str, ip: str, peer_ip: str) -> dict[str, Any]:
-    return {
-        "uid": uid,
-        "peer_pod": peer,
-        "local_intf": local,
-        "peer_intf": remote,
-        "local_ip": ip,
-        "peer_ip": peer_ip,
-    }
 
 
 def meshwire(*args: str) -> list[str]:

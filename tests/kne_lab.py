@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from meshwire.control.model.topology import Link
 from tests.kube_node import BUSYBOX_IMAGE
 
 TOPOLOGY_API = "networkop.co.uk/v1beta1"
@@ -32,8 +33,8 @@ def ring_lab(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     ends: dict[int, list[dict[str, Any]]] = {i: [] for i in range(count)}
     for uid, (a, b, intf_a, intf_b) in enumerate(ring_links(count), start=1):
         net = f"10.{200 + uid // 250}.{uid % 250}"
-        ends[a].append(_link(uid, _name(b), intf_a, intf_b, f"{net}.1/24", f"{net}.2/24"))
-        ends[b].append(_link(uid, _name(a), intf_b, intf_a, f"{net}.2/24", f"{net}.1/24"))
+        ends[a].append(Link(uid, _name(b), intf_a, intf_b, f"{net}.1/24", f"{net}.2/24").to_dict())
+        ends[b].append(Link(uid, _name(a), intf_b, intf_a, f"{net}.2/24", f"{net}.1/24").to_dict())
     topologies = [
         {
             "apiVersion": TOPOLOGY_API,
@@ -45,17 +46,6 @@ def ring_lab(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     ]
     pods = [_pod(_name(i), sorted(link["local_intf"] for link in ends[i])) for i in range(count)]
     return topologies, pods
-
-
-def _link(uid: int, peer: str, local: str, remote: str, ip: str, peer_ip: str) -> dict[str, Any]:
-    return {
-        "uid": uid,
-        "peer_pod": peer,
-        "local_intf": local,
-        "peer_intf": remote,
-        "local_ip": ip,
-        "peer_ip": peer_ip,
-    }
 
 
 def _pod(name: str, interfaces: list[str]) -> dict[str, Any]:

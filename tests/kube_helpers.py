@@ -143,6 +143,21 @@ def create_namespace(api: client.ApiClient, name: str) -> str:
     return name
 
 
+def create_namespace_for_pods(api: client.ApiClient, name: str, timeout: float = WAIT) -> str:
+    """A namespace pods can be made in: v1.20 admits no pod in a namespace until the token
+    controller gave its default ServiceAccount a token ("No API token found ... retry
+    after"), a moment after the namespace."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(
+        f"namespace {name}'s default ServiceAccount with a token",
+        lambda: core.read_namespaced_service_account("default", name).secrets or None,
+        timeout,
+        (ApiException,),
+    )
+    return name
+
+
 def delete_namespace(api: client.ApiClient, name: str) -> None:
     """Request deletion (the suite runs no namespace controller: the objects in it are
     deleted by the test that made them)."""

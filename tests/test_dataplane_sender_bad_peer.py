@@ -87,21 +87,26 @@ async def rude_peer() -> AsyncIterator[tuple[RudePeer, int]]:
     await server.wait_closed()
 
 
+async def calls_made(peer: RudePeer, port: int, count: int) -> None:
+    """A sender of a stream to `peer` runs until the peer saw `count` calls (30 s at most)."""
+    sender = Sender(StreamKey("lab", LOOPBACK, port), WireTable(), lambda _: -1, 256, 1 << 20)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while peer.calls < count:
+            assert loop.time() < deadline, f"the sender stopped after {peer.calls} call(s)"
+            await asyncio.sleep(0.05)
+    finally:
+        await sender.close()
+
+
 async def test_a_non_utf8_grpc_message_does_not_kill_the_sender(
     rude_peer: tuple[RudePeer, int], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="meshwire.dataplane.sender")
     peer, port = rude_peer
-    sender = Sender(StreamKey("lab", LOOPBACK, port), WireTable(), lambda _: -1, 256, 1 << 20)
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        # Each call ends on the bad message; a living sender opens the next one.
-        while peer.calls < 3:
-            assert loop.time() < deadline, f"the sender stopped after {peer.calls} call(s)"
-            await asyncio.sleep(0.05)
-    finally:
-        await sender.close()
+    # Each call ends on the bad message; a living sender opens the next one.
+    await calls_made(peer, port, 3)
     assert "grpc-status 2: \ufffd\ufffd refused" in caplog.text
 
 
@@ -121,13 +126,5 @@ async def test_an_unforeseen_error_while_connecting_does_not_kill_the_sender(
         tune(sock)
 
     monkeypatch.setattr(sender_module.tcp, "tune", fails_twice)
-    sender = Sender(StreamKey("lab", LOOPBACK, port), WireTable(), lambda _: -1, 256, 1 << 20)
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
-        while peer.calls < 1:
-            assert loop.time() < deadline, f"no call after {len(failures)} failed connect(s)"
-            await asyncio.sleep(0.05)
-    finally:
-        await sender.close()
+    await calls_made(peer, port, 1)
     assert len(failures) == 2

@@ -24,7 +24,7 @@ from urllib3.exceptions import HTTPError
 
 from tests import deploy_objects
 from tests.kube_cluster import ControlPlane
-from tests.kube_helpers import wait_for
+from tests.kube_helpers import create_namespace_for_pods, wait_for
 from tests.kube_node import BUSYBOX_IMAGE, Node, node_binaries, running_node
 from tests.paths import MESHNET
 from tests.ping_loop import PingLoop
@@ -77,15 +77,7 @@ class Lab:
     # -- objects -----------------------------------------------------------------
 
     def create_topologies(self) -> None:
-        self.core.create_namespace({"metadata": {"name": LAB_NS}})
-        # v1.20 admits no pod in a namespace until the token controller gave its default
-        # ServiceAccount a token ("No API token found ... retry after"), a moment later.
-        wait_for(
-            f"namespace {LAB_NS}'s default ServiceAccount with a token",
-            lambda: self.core.read_namespaced_service_account("default", LAB_NS).secrets or None,
-            WAIT,
-            IGNORED,
-        )
+        create_namespace_for_pods(self.api_client, LAB_NS, WAIT)
         for body in self.topologies.values():
             self.custom.create_namespaced_custom_object(*TOPOLOGY[:2], LAB_NS, TOPOLOGY[2], body)
 

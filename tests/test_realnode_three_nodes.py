@@ -39,7 +39,7 @@ from urllib3.exceptions import HTTPError
 from meshwire.base.netns_thread import call_in_netns
 from tests import deploy_objects
 from tests.kne_lab import ring_lab, ring_links
-from tests.kube_helpers import wait_for
+from tests.kube_helpers import create_namespace_for_pods, wait_for
 from tests.kube_node import BUSYBOX_IMAGE, Node, node_binaries
 from tests.kube_nodes import Cluster, running_cluster
 from tests.paths import MESHNET
@@ -162,14 +162,7 @@ class Lab:
     # -- the lab's objects ------------------------------------------------------------------
 
     def create_topologies(self) -> None:
-        self.core.create_namespace({"metadata": {"name": LAB_NS}})
-        # v1.20 admits no pod in a namespace until its default ServiceAccount has a token.
-        wait_for(
-            f"namespace {LAB_NS}'s default ServiceAccount with a token",
-            lambda: self.core.read_namespaced_service_account("default", LAB_NS).secrets or None,
-            WAIT,
-            IGNORED,
-        )
+        create_namespace_for_pods(self.api_client, LAB_NS, WAIT)
         for body in self.topologies.values():
             self.custom.create_namespaced_custom_object(*TOPOLOGY[:2], LAB_NS, TOPOLOGY[2], body)
 
@@ -612,13 +605,21 @@ def kne_ends_done(lab: Lab) -> int:
     return done
 
 
-def add_durations(lab: Lab) -> list[float]:
-    """The daemon's time (ms) in each CNI ADD of the kne pods, from the daemons' logs."""
-    out = []
+def add_seconds(lab: Lab) -> dict[str, float]:
+    """Pod name -> the daemon's time (s) in its CNI ADD, from the daemons' logs (the last
+    ADD of each kne pod)."""
+    out = {}
     for name, pod in lab.wait_daemons().items():
         text = lab.cluster.node(name).container_log(DAEMON_NS, pod, "meshwire", lines=5000)
-        out += [float(m.group(2)) for m in ADD_LINE.finditer(text) if m.group(1).startswith(KNE_NS)]
+        for match in ADD_LINE.finditer(text):
+            namespace, _, pod_name = match.group(1).partition("/")
+            if namespace == KNE_NS:
+                out[pod_name] = float(match.group(2)) / 1000
     return out
+
+
+def spread_of(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 2), "max": round(max(values), 2)}
 
 
 @pytest.mark.timeout(900)
@@ -631,13 +632,7 @@ def test_a_kne_sized_lab_of_60_pods_comes_up_over_three_nodes(
     starts once both are done), the interfaces seen by init-wait, every link done."""
     topologies, pods = ring_lab(KNE_PODS)
     links = ring_links(KNE_PODS)
-    lab.core.create_namespace({"metadata": {"name": KNE_NS}})
-    wait_for(
-        f"namespace {KNE_NS}'s default ServiceAccount with a token",
-        lambda: lab.core.read_namespaced_service_account("default", KNE_NS).secrets or None,
-        WAIT,
-        IGNORED,
-    )
+    create_namespace_for_pods(lab.api_client, KNE_NS, WAIT)
     try:
         seen = Milestones(time.monotonic())
         for body in topologies:
@@ -652,18 +647,26 @@ def test_a_kne_sized_lab_of_60_pods_comes_up_over_three_nodes(
             if not seen.links_up and kne_ends_done(lab) == 2 * len(links):
                 seen.links_up = time.monotonic() - seen.start
             time.sleep(0.5)
-        adds = add_durations(lab)
+        adds = add_seconds(lab)
+        assert sorted(adds) == sorted(body["metadata"]["name"] for body in pods)
         placement = {
             pod.metadata.name: pod.spec.node_name
             for pod in lab.core.list_namespaced_pod(KNE_NS).items
         }
+        # Per pod: scheduling (from the apply), the sandbox but its CNI ADD (from
+        # scheduled to the init container's start), the CNI ADD (the daemon's time).
+        started, scheduled = seen.at["init_started"], seen.at["scheduled"]
         phases = {
-            "applied": round(applied, 1),
-            **{p: round(seen.all_by(p, KNE_PODS) or 0.0, 1) for p in Milestones.PHASES},
-            "links_up": round(seen.links_up, 1),
-            "add_daemon_ms_median": round(statistics.median(adds), 1) if adds else None,
-            "add_daemon_ms_max": round(max(adds), 1) if adds else None,
-            "adds": len(adds),
+            "applied_s": round(applied, 1),
+            "all_scheduled_s": round(seen.all_by("scheduled", KNE_PODS) or 0.0, 1),
+            "all_links_done_s": round(seen.links_up, 1),
+            "all_init_started_s": round(seen.all_by("init_started", KNE_PODS) or 0.0, 1),
+            "all_ready_s": round(seen.all_by("ready", KNE_PODS) or 0.0, 1),
+            "per_pod_scheduling_s": spread_of(list(scheduled.values())),
+            "per_pod_sandbox_but_add_s": spread_of(
+                [max(0.0, started[n] - scheduled[n] - adds[n]) for n in started]
+            ),
+            "per_pod_cni_add_s": spread_of(list(adds.values())),
             "per_node": dict(collections.Counter(placement.values())),
         }
         record_property("kne60_phases", json.dumps(phases))
