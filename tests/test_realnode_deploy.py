@@ -224,15 +224,16 @@ def test_the_daemon_runs_on_its_service_account_in_cluster(lab: Lab) -> None:
     config = yaml.safe_load(
         lab.core.read_namespaced_config_map("meshwire-config", DAEMON_NS).data["config.yaml"]
     )
-    assert config["api"] == {"url": "", "kubeconfig": ""}
+    assert (config["api"]["url"], config["api"]["kubeconfig"]) == ("", "")
     mounts = [m.mount_path for m in pod.spec.containers[0].volume_mounts]
     assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
-    # The API server's audit log: the daemon watched Topologies as its ServiceAccount,
-    # and was never refused.
+    # The API server's audit log: the daemon watched Topologies and the Nodes as its
+    # ServiceAccount, and was never refused.
     account = "system:serviceaccount:meshwire:meshwire"
     events = [json.loads(line) for line in lab.node.plane.audit_log.read_text().splitlines()]
     mine = [e for e in events if e["user"]["username"] == account]
-    assert any(e["objectRef"].get("resource") == "topologies" for e in mine if "objectRef" in e)
+    read = {e["objectRef"].get("resource") for e in mine if "objectRef" in e}
+    assert {"topologies", "nodes"} <= read, read
     refused = [e["requestURI"] for e in mine if e.get("responseStatus", {}).get("code") == 403]
     assert refused == []
 
