@@ -18,6 +18,9 @@ from typing import Any
 import pytest
 from lab_helpers import Lab, StubRuntime, lab_exec, pid_alive, unique_lab
 
+from meshwire.tools.lab import holder, processes
+from meshwire.tools.lab.lab_names import netns_path
+
 pytestmark = pytest.mark.root
 
 LAB_FILE = """\
@@ -225,6 +228,20 @@ def test_down_leaves_no_process_of_the_lab(tmp_path: Path) -> None:
             except OSError:
                 continue
     assert left == []
+
+
+def test_down_stops_a_pod_holder_no_record_names(tmp_path: Path) -> None:
+    """As when a command died between starting a pod's holder and recording it."""
+    with up_lab(tmp_path, LAB_FILE) as lab:
+        (netns,) = [p["netns"] for p in state(lab)["pods"].values() if p["name"] == "r1"]
+        stray = holder.start_holder("stray", Path(netns_path(netns)), "r1", [], tmp_path / "log")
+        try:
+            assert stray.pid not in pids(lab, "stray") and pid_alive(stray.pid)
+            assert holder.stray_holders(netns_path(lab.prefix)).count(stray.pid) == 1
+            assert lab.run("down") == 0
+            assert not pid_alive(stray.pid)
+        finally:
+            processes.stop(stray)
 
 
 def test_a_failing_exec_stops_up_with_its_output(

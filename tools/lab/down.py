@@ -3,7 +3,8 @@
 Idempotent, and safe after a crash at any point of `up`: it works from the
 state file (which names everything before it exists) and also deletes any
 namespace carrying the lab's prefix, so a namespace created after the last
-state write still goes. The pods' containers go first, with every image and
+state write still goes, and so does any holder of a namespace with that prefix
+that no record names (holder.py). The pods' containers go first, with every image and
 snapshot of the lab's containerd namespace and the namespace itself
 (containerd.py). Processes are stopped next, the pods' own (their holders
 and `cmd`s, together) before the lab's, its own containerd among them
@@ -30,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from meshwire.dataplane import rundir
-from meshwire.tools.lab import containerd, netns, processes, software
+from meshwire.tools.lab import containerd, holder, netns, processes, software
 from meshwire.tools.lab.errors import LabError
-from meshwire.tools.lab.lab_names import LabNames
+from meshwire.tools.lab.lab_names import LabNames, netns_path
 from meshwire.tools.lab.state import LabDir, LabState
 
 
@@ -70,6 +71,8 @@ def down(lab: LabDir, names: LabNames) -> list[str]:
                 removed.append(f"process worker/{node} (pid {pid})")
         if state.containerd is not None:
             removed.extend(containerd.remove_host_dirs(state.containerd))
+    for pid in holder.stop_strays(netns_path(names.prefix)):
+        removed.append(f"process unrecorded pod holder (pid {pid})")
     if state is not None and state.kube_server:
         try:
             removed.extend(_delete_from_server(state))

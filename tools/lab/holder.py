@@ -7,6 +7,10 @@ as a pause container does; it returns once they are made, or raises
 LabError with the holder's message. Stopping the holder's process group
 stops every process of the pod (its PID namespace ends).
 
+`stop_strays` stops the holders of a lab's namespaces that no record names (a
+command that died between starting a holder and recording it): `lab down` runs
+it after stopping every recorded process.
+
 `exec_argv` is the argv that runs a command inside a running holder's
 namespaces; its exit status is the command's (126: the pod is gone, 127:
 no such command). Python 3.11 has no setns for these namespaces: the
@@ -15,8 +19,10 @@ binary does it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import signal
 import time
 from pathlib import Path
 
@@ -97,3 +103,36 @@ def _read_until_eof(fd: int, timeout: float) -> bytes | None:
         if not chunk:
             return data
         data += chunk
+
+
+def stray_holders(netns_prefix: str) -> list[int]:
+    """The pids of the running holders (this binary's `hold`) of a netns whose path starts
+    with `netns_prefix`; the holder's child in its PID namespace is one of them too."""
+    found = []
+    binary_path = str(HOLDER).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:2] != [binary_path, b"hold"] or b"--netns" not in argv:
+            continue
+        where = argv.index(b"--netns") + 1
+        if where < len(argv) and argv[where].decode(errors="replace").startswith(netns_prefix):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def stop_strays(netns_prefix: str, within: float = 10.0) -> list[int]:
+    """SIGKILL, by pid, every holder `stray_holders` finds (nothing records them, so
+    nothing else would stop them), and wait until they are gone; returns their pids."""
+    strays = stray_holders(netns_prefix)
+    for pid in strays:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + within
+    while any(Path(f"/proc/{pid}").exists() for pid in strays) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return strays
