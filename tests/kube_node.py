@@ -48,6 +48,7 @@ from kubernetes.client import CoreV1Api
 
 from meshwire.base.netns_thread import call_in_netns
 from meshwire.dataplane import rundir
+from meshwire.tools.lab.processes import pids_whose_argv
 from tests.busybox_image import busybox_root
 from tests.deploy_helpers import config_text
 from tests.kube_cluster import ControlPlane
@@ -567,17 +568,14 @@ imageGCLowThresholdPercent: 99
 
     def _kill_shims(self) -> None:
         """The containers' shims outlive containerd; only those serving this node's socket."""
-        marker = str(self.containerd_socket)
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and marker.encode() in argv:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signal.SIGKILL)
+        marker = str(self.containerd_socket).encode()
+
+        def shim(argv: list[bytes]) -> bool:
+            return argv[0].endswith(b"containerd-shim-runc-v2") and marker in argv
+
+        for pid in pids_whose_argv(shim):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     # -- the API's view ------------------------------------------------------------
 

@@ -108,21 +108,15 @@ def _read_until_eof(fd: int, timeout: float) -> bytes | None:
 def stray_holders(netns_prefix: str) -> list[int]:
     """The pids of the running holders (this binary's `hold`) of a netns whose path starts
     with `netns_prefix`; the holder's child in its PID namespace is one of them too."""
-    found = []
     binary_path = str(HOLDER).encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[:2] != [binary_path, b"hold"] or b"--netns" not in argv:
-            continue
-        where = argv.index(b"--netns") + 1
-        if where < len(argv) and argv[where].decode(errors="replace").startswith(netns_prefix):
-            found.append(int(entry.name))
-    return sorted(found)
+
+    def held_under(argv: list[bytes]) -> bool:
+        if argv[:2] != [binary_path, b"hold"] or b"--netns" not in argv[:-1]:
+            return False
+        netns = argv[argv.index(b"--netns") + 1]
+        return netns.decode(errors="replace").startswith(netns_prefix)
+
+    return processes.pids_whose_argv(held_under)
 
 
 def stop_strays(netns_prefix: str, within: float = 10.0) -> list[int]:

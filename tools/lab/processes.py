@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from meshwire.dataplane.rundir import start_time
@@ -21,6 +22,22 @@ from meshwire.tools.lab.state import ProcessRecord
 
 STOP_GRACE = 5.0  # seconds between SIGTERM and SIGKILL: a daemon's clean shutdown is quick
 POLL = 0.05
+
+
+def pids_whose_argv(predicate: Callable[[list[bytes]], bool]) -> list[int]:
+    """The pids of the running processes whose argv (`/proc/<pid>/cmdline`, split at
+    NUL) satisfies `predicate`, in order."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if predicate(argv):
+            found.append(int(entry.name))
+    return sorted(found)
 
 
 def is_running(record: ProcessRecord) -> bool:
