@@ -68,7 +68,7 @@ from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.reconcile.derive import NodeView
+from meshwire.control.reconcile.derive import NodeView, no_node_gone
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import prune
 from meshwire.control.reconcile.reconciler import NODE_NETNS, LinkReconciler
@@ -127,7 +127,7 @@ class Daemon:
             if config.api.follow_nodes
             else None
         )
-        gone = self.nodes.gone if self.nodes is not None else (lambda ip: False)
+        gone = self.nodes.gone if self.nodes is not None else no_node_gone
         self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots, gone=gone)
         # Every node runs the wire stack: besides a grpc node's cross-node links, every
         # link under emulation (impairments or a cable state) is a grpc row.

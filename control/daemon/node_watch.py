@@ -14,8 +14,8 @@ for as long as this node's own address is not among the Nodes' addresses (the
 daemon's `node_ip` is then not how the cluster names its nodes, and following them
 would detach every link). `on_change` is called whenever the set of addresses
 changes; the daemon then derives its pods again. The Nodes are followed by a
-`Reflector`: API failures are logged, retried with its backoff and kept in
-`last_error`, and the last list answered stands meanwhile.
+`Reflector`: API failures are logged and retried with its backoff, and the last
+list answered stands meanwhile.
 """
 
 from __future__ import annotations
@@ -54,12 +54,6 @@ class NodeWatch:
         # Node name -> its addresses; None until the first list.
         self._nodes: dict[str, frozenset[str]] | None = None
         self._addresses: frozenset[str] = frozenset()
-        self._reflector: Reflector | None = None
-
-    @property
-    def last_error(self) -> str:
-        """Why reading the Nodes last failed; "" when it does not."""
-        return self._reflector.stats.last_error if self._reflector is not None else ""
 
     def gone(self, ip: str) -> bool:
         """Whether `ip` (a Topology's `src_ip`) is the address of no Node any more."""
@@ -68,13 +62,10 @@ class NodeWatch:
         return hostport.canonical(ip) not in self._addresses
 
     async def run(self, api: ApiClient) -> None:
-        self._reflector = Reflector(
-            Nodes(api),
-            self,
-            request_timeout=self.request_timeout,
-            watch_timeout=self.watch_timeout,
+        reflector = Reflector(
+            Nodes(api), self, request_timeout=self.request_timeout, watch_timeout=self.watch_timeout
         )
-        await self._reflector.run()
+        await reflector.run()
 
     # -- the reflector's handler --------------------------------------------------
 

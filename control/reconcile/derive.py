@@ -92,7 +92,8 @@ def _running(topology: Topology | None) -> bool:
     return topology is not None and bool(topology.status.src_ip) and bool(topology.status.net_ns)
 
 
-def _no_node_gone(ip: str) -> bool:
+def no_node_gone(ip: str) -> bool:
+    """`gone` when no node is ever removed (nothing follows the Nodes)."""
     return False
 
 
@@ -101,7 +102,7 @@ def derive_pods(
     pod_keys: set[str],
     node: NodeView,
     slots: SlotSource,
-    gone: Callable[[str], bool] = _no_node_gone,
+    gone: Callable[[str], bool] = no_node_gone,
 ) -> Derived:
     """Rows and problems of every local pod among `pod_keys` (others yield nothing);
     `gone(ip)`: whether the node of that address was removed from the cluster."""

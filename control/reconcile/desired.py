@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods
+from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods, no_node_gone
 from meshwire.control.reconcile.rebuilds import Rebuilds
 from meshwire.control.tables.health import Findings
 from meshwire.control.tables.links import POD_INDEX, LinksTable, pods_of
@@ -39,7 +39,7 @@ class DesiredLinks:
         node: NodeView,
         slots: SlotSource,
         rebuilds: Rebuilds | None = None,
-        gone: Callable[[str], bool] = lambda ip: False,
+        gone: Callable[[str], bool] = no_node_gone,
     ) -> None:
         """`gone(ip)`: whether the node of that address was removed from the cluster
         (derive.py); a change of its answers is followed by `rederive_all`."""
