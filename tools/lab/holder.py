@@ -19,14 +19,13 @@ binary does it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import signal
 import time
 from pathlib import Path
 
 from meshwire.control.model.podspec import Bind
+from meshwire.dataplane.rundir import start_time
 from meshwire.tools.lab import processes
 from meshwire.tools.lab.errors import LabError
 from meshwire.tools.lab.runtime import REPO
@@ -119,14 +118,11 @@ def stray_holders(netns_prefix: str) -> list[int]:
     return processes.pids_whose_argv(held_under)
 
 
-def stop_strays(netns_prefix: str, within: float = 10.0) -> list[int]:
-    """SIGKILL, by pid, every holder `stray_holders` finds (nothing records them, so
-    nothing else would stop them), and wait until they are gone; returns their pids."""
+def stop_strays(netns_prefix: str) -> list[int]:
+    """Stop, by pid, the process group of every holder `stray_holders` finds, as
+    `processes.stop` stops a recorded one (nothing records these, so nothing else would
+    stop them); returns their pids."""
     strays = stray_holders(netns_prefix)
     for pid in strays:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + within
-    while any(Path(f"/proc/{pid}").exists() for pid in strays) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        processes.stop(ProcessRecord("unrecorded holder", pid, start_time(pid) or 0, [], ""))
     return strays
