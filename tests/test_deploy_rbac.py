@@ -26,8 +26,10 @@ CALL = re.compile(
     r"(_status)?(?:_with_http_info|_without_preload_content)?\("
 )
 # CoreV1Api: the uninstall watch's namespace list and the node watch's node list (and
-# their watches).
-CORE_CALL = re.compile(r"\.(list|get)_(namespace|node)(?:_without_preload_content)?\(")
+# their watches), and the node watch's patch of its own Node's status.
+CORE_CALL = re.compile(
+    r"\.(list|get|patch)_(namespace|node)(_status)?(?:_without_preload_content)?\("
+)
 WATCH_ARG = re.compile(r"[\"']?watch[\"']?\s*[:=]\s*True")
 # A resource a Reflector follows: it lists and watches it.
 FOLLOWED = re.compile(r"\bCustomObjects\(([^)]*)\)")
@@ -79,7 +81,8 @@ def calls_in(source: str) -> set[tuple[str, str, str]]:
             group, resource = GROUP, PLURAL
         out |= {(group, "list", resource), (group, "watch", resource)}
     for call in CORE_CALL.finditer(source):
-        verb, resource = call.group(1), call.group(2) + "s"
+        verb, status = call.group(1), "/status" if call.group(3) else ""
+        resource = call.group(2) + "s" + status
         out.add(("", verb, resource))
         if verb == "list" and WATCH_ARG.search(source):
             out.add(("", "watch", resource))
@@ -101,6 +104,7 @@ def test_the_call_finder_reads_verbs_and_the_status_subresource() -> None:
         "await api.patch_namespaced_custom_object_status(group=G)\n"
         "await api.replace_cluster_custom_object(slots.GROUP, V, slots.PLURAL, N, body)\n"
         "CustomObjects(api, slots.GROUP, slots.VERSION, slots.PLURAL)\n"
+        "await _core(api).patch_node_status(node, body)\n"
     )
     assert calls_in(source) == {
         (GROUP, "list", "topologies"),
@@ -109,6 +113,7 @@ def test_the_call_finder_reads_verbs_and_the_status_subresource() -> None:
         (slots.GROUP, "update", "idallocations"),
         (slots.GROUP, "list", "idallocations"),
         (slots.GROUP, "watch", "idallocations"),
+        ("", "patch", "nodes/status"),
     }
 
 
@@ -132,7 +137,7 @@ def test_the_daemon_uses_no_kubernetes_api_but_custom_objects_namespaces_and_nod
         if "CoreV1Api" in source
         for m in re.finditer(r"core(?:\([^)]*\))?\.(\w+)\(", source)
     }
-    assert core_calls == {"list_namespace", "list_node"}
+    assert core_calls == {"list_namespace", "list_node", "patch_node_status"}
 
 
 def test_the_role_is_bound_to_the_daemonsets_service_account() -> None:

@@ -18,6 +18,7 @@ import yaml
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
+from meshwire.control.daemon.node_watch import LINK_TYPE
 from meshwire.control.model.topology import GROUP, PLURAL, VERSION
 from tests.kube_cluster import ControlPlane, free_address
 from tests.kube_helpers import (
@@ -93,12 +94,14 @@ def daemons(tmp_path: Path) -> Iterator[list[DaemonProcess]]:
 
 def start_daemon(
     kube: ControlPlane, folder: Path, config: dict[str, Any], started: list[DaemonProcess],
-    **kwargs: Any,
+    settings: dict[str, Any] | None = None, **kwargs: Any,
 ) -> DaemonProcess:  # fmt: skip
+    """`config`: its `api` keys; `settings`: other keys of its config."""
     _, (port, _, _) = free_address()
     daemon = DaemonProcess(
-        folder, kube.host, port, {"api": {"watch_timeout": 5, **config}}, **kwargs
-    )
+        folder, kube.host, port, {"api": {"watch_timeout": 5, **config}, **(settings or {})},
+        **kwargs,
+    )  # fmt: skip
     started.append(daemon)
     return daemon
 
@@ -148,10 +151,22 @@ def test_every_call_the_daemon_makes_on_its_service_account_is_allowed(
     kube: ControlPlane, api: client.ApiClient, namespace: str, token_config: Path,
     daemons: list[DaemonProcess], tmp_path: Path,
 ) -> None:  # fmt: skip
-    daemon = start_daemon(kube, tmp_path / "d", {"kubeconfig": str(token_config)}, daemons)
-    daemon.wait_readyz("the daemon ready", lambda code, _: code == 200)
-    stale_placement(api, namespace, "r1", daemon.node_ip)
-    wait_for("the stale placement cleared", lambda: cleared(api, namespace, "r1"))
+    node = unique("mw-rbac-node")
+    core = client.CoreV1Api(api)
+    core.create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    try:
+        daemon = start_daemon(
+            kube, tmp_path / "d", {"kubeconfig": str(token_config), "follow_nodes": True},
+            daemons, settings={"node_name": node},
+        )  # fmt: skip
+        daemon.wait_readyz("the daemon ready", lambda code, _: code == 200)
+        stale_placement(api, namespace, "r1", daemon.node_ip)
+        wait_for("the stale placement cleared", lambda: cleared(api, namespace, "r1"))
+        # It writes its link type on its Node.
+        wait_for("its Node annotated", lambda: LINK_TYPE in (
+            core.read_node(node).metadata.annotations or {}))  # fmt: skip
+    finally:
+        core.delete_node(node)
     # Its watches end every 5 s: let one be reopened too.
     wait_for("a second watch", lambda: sum(
         e["verb"] == "watch" for e in audit(kube, ACCOUNT)) >= 2)  # fmt: skip
@@ -171,7 +186,8 @@ def test_every_call_the_daemon_makes_on_its_service_account_is_allowed(
     }  # fmt: skip
     assert made <= granted()
     assert {("topologies", "list"), ("topologies", "watch"), ("topologies/status", "get"),
-            ("topologies/status", "patch")} <= made  # fmt: skip
+            ("topologies/status", "patch"), ("nodes", "list"), ("nodes", "watch"),
+            ("nodes/status", "patch")} <= made  # fmt: skip
 
 
 @pytest.mark.parametrize(

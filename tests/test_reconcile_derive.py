@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
+import pytest
 from derive_helpers import NODE_A, NODE_B, pair, pod
 from slot_helpers import HashedSlots, slot
 
@@ -256,11 +258,82 @@ def test_a_link_without_emulation_stays_on_the_kernels_path() -> None:
         assert row.kind is kind and not row.emulated and not row.down
 
 
+class Said:
+    """What the cluster says: the addresses gone, and each node's link type."""
+
+    def __init__(
+        self, gone: frozenset[str] = frozenset(), link_types: dict[str, str] | None = None
+    ) -> None:
+        self._gone = gone
+        self._link_types = link_types or {}
+
+    def gone(self, ip: str) -> bool:
+        return ip in self._gone
+
+    def link_type(self, ip: str) -> str | None:
+        return self._link_types.get(ip)
+
+
+def kind_on(node_ip: str, config: str, said: Said) -> LinkKind:
+    """The kind of r1-r2's row on `node_ip`, r1 on node A and r2 on node B."""
+    view = NodeView(node_ip=node_ip, inter_node_link_type=config)  # type: ignore[arg-type]
+    pod_key = "default/r1" if node_ip == NODE_A else "default/r2"
+    (row,) = derive_pods(two_pods(NODE_A, NODE_B), {pod_key}, view, SLOTS, said).rows.values()
+    return row.kind
+
+
 def test_a_peer_whose_node_was_removed_from_the_cluster_leaves_the_end_detached() -> None:
     table = two_pods(NODE_A, NODE_B)
-    (row,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS, lambda ip: ip == NODE_B).rows.values()
+    (row,) = derive_pods(
+        table, {"default/r1"}, ON_A, SLOTS, Said(gone=frozenset({NODE_B}))
+    ).rows.values()
     assert row.kind is LinkKind.DETACHED
     assert (row.local.pod, row.local.intf) == ("r1", "eth1")
     assert (row.peer.pod, row.peer.intf) == ("r2", "eth2")
-    (back,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS, lambda ip: False).rows.values()
+    (back,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS, Said()).rows.values()
     assert back.kind is LinkKind.VXLAN
+
+
+@pytest.mark.parametrize(
+    ("config", "said_a", "said_b", "kind"),
+    [
+        # Nothing said: this daemon's config, as without a cluster.
+        ("grpc", None, None, LinkKind.GRPC),
+        ("vxlan", None, None, LinkKind.VXLAN),
+        # Both say grpc, whatever this daemon's config (it restarted, not yet written).
+        ("vxlan", "grpc", "grpc", LinkKind.GRPC),
+        # They differ: vxlan, until the second one says grpc.
+        ("grpc", "grpc", "vxlan", LinkKind.VXLAN),
+        ("grpc", "vxlan", "grpc", LinkKind.VXLAN),
+        ("vxlan", "vxlan", "grpc", LinkKind.VXLAN),
+        # The peer says nothing (a daemon that writes nothing): ours decides.
+        ("vxlan", "grpc", None, LinkKind.GRPC),
+        ("grpc", None, "vxlan", LinkKind.VXLAN),
+    ],
+)
+def test_a_cross_node_link_is_grpc_only_while_both_nodes_say_grpc(
+    config: str, said_a: str | None, said_b: str | None, kind: LinkKind
+) -> None:
+    said = {ip: t for ip, t in ((NODE_A, said_a), (NODE_B, said_b)) if t is not None}
+    assert kind_on(NODE_A, config, Said(link_types=said)) is kind
+
+
+def test_both_ends_agree_whatever_their_configs_once_both_nodes_said() -> None:
+    for said_a, said_b in itertools.product(("vxlan", "grpc"), repeat=2):
+        said = Said(link_types={NODE_A: said_a, NODE_B: said_b})
+        kinds = {
+            kind_on(node, config, said) for node in (NODE_A, NODE_B) for config in ("vxlan", "grpc")
+        }
+        grpc = said_a == said_b == "grpc"
+        assert kinds == {LinkKind.GRPC if grpc else LinkKind.VXLAN}, (said_a, said_b)
+
+
+def test_an_emulated_link_is_grpc_whatever_the_nodes_say() -> None:
+    table = two_pods(NODE_A, NODE_B)
+    r1 = table.get("default/r1")
+    assert r1 is not None
+    (link,) = r1.links
+    table.upsert(dataclasses.replace(r1, links=(dataclasses.replace(link, state="up"),)))
+    vxlan = Said(link_types={NODE_A: "vxlan", NODE_B: "vxlan"})
+    (row,) = derive_pods(table, {"default/r1"}, ON_A, SLOTS, vxlan).rows.values()
+    assert row.kind is LinkKind.GRPC

@@ -84,8 +84,11 @@ class ApiConfig(_Section):
         default=False,
         description="Follow the cluster's Node objects: the links to a pod whose node was "
         "removed from the cluster (its Node deleted) lose carrier until the pod runs "
-        "again. Needs `list` and `watch` on nodes (deploy/ turns it on and grants them); "
-        "a lab's embedded API has no Nodes.",
+        "again; and write this daemon's `inter_node_link_type` on its own Node (the "
+        "annotation meshwire.dev/inter-node-link-type), so each cross-node link is grpc "
+        "only while both its nodes say grpc. Needs `list` and `watch` on nodes and "
+        "`patch` on nodes/status (deploy/ turns it on and grants them); a lab's embedded "
+        "API has no Nodes.",
     )
 
 
@@ -321,7 +324,9 @@ class Config(_Section):
     inter_node_link_type: Literal["vxlan", "grpc"] = Field(
         default="vxlan",
         description="How links between pods on different nodes are built: kernel "
-        "VXLAN, or the userspace gRPC wire.",
+        "VXLAN, or the userspace gRPC wire. With `api.follow_nodes`, a link is grpc only "
+        "while both its nodes' daemons say grpc, vxlan otherwise: a rolling change of "
+        "this key moves each link once, on both nodes at the same moment.",
     )
     mtu: int = Field(
         default=dataplane_defaults.MTU,

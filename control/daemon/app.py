@@ -51,6 +51,7 @@ from meshwire.control.common.config import Config, ConfigError
 from meshwire.control.common.listening import StartWaits, StoppedWaiting, start_patiently
 from meshwire.control.common.queue import WorkQueue
 from meshwire.control.common.retries import ExponentialBackoff
+from meshwire.control.common.waits import first
 from meshwire.control.daemon import reserved_ports
 from meshwire.control.daemon.cni_handler import DaemonCniHandler
 from meshwire.control.daemon.http import HealthServer
@@ -68,7 +69,7 @@ from meshwire.control.informer.client import make_api_client
 from meshwire.control.informer.informer import Informer, InformerOptions
 from meshwire.control.links.aside import Reaper
 from meshwire.control.links.driver import Drivers, kernel_drivers
-from meshwire.control.reconcile.derive import NodeView, no_node_gone
+from meshwire.control.reconcile.derive import NO_CLUSTER, NodeView
 from meshwire.control.reconcile.desired import DesiredLinks
 from meshwire.control.reconcile.prune import prune
 from meshwire.control.reconcile.reconciler import NODE_NETNS, LinkReconciler
@@ -121,14 +122,18 @@ class Daemon:
             NodeWatch(
                 config.node_ip,
                 self._nodes_changed,
+                node_name=config.node_name,
+                link_type=config.inter_node_link_type,
                 request_timeout=config.api.request_timeout,
                 watch_timeout=config.api.watch_timeout,
             )
             if config.api.follow_nodes
             else None
         )
-        gone = self.nodes.gone if self.nodes is not None else no_node_gone
-        self.desired = DesiredLinks(self.topologies, self.links, self.node, self.slots, gone=gone)
+        cluster = self.nodes if self.nodes is not None else NO_CLUSTER
+        self.desired = DesiredLinks(
+            self.topologies, self.links, self.node, self.slots, cluster=cluster
+        )
         # Every node runs the wire stack: besides a grpc node's cross-node links, every
         # link under emulation (impairments or a cable state) is a grpc row.
         self.wire = _wire_stack(config, self.links)
@@ -310,7 +315,9 @@ class Daemon:
         if self.uninstall is not None:
             tasks.append(asyncio.create_task(self.uninstall.run(api), name="uninstall-watch"))
         if self.nodes is not None:
-            tasks.append(asyncio.create_task(self.nodes.run(api), name="node-watch"))
+            # Its annotation written once every link is built or adopted as it said.
+            node_watch = self.nodes.run(api, ready=self.reconciler.initial_done)
+            tasks.append(asyncio.create_task(node_watch, name="node-watch"))
         log.info(
             "meshwire daemon on node %s (%s) started; CNI socket %s, metrics %s",
             self.config.node_name,
@@ -365,6 +372,11 @@ class Daemon:
     async def _derive_loop(self, placements: PlacementKeeper) -> None:
         await self.topologies.wait_initialized()
         await self.slots.synced.wait()
+        if self.nodes is not None:
+            # Which transport each node carries on: derived without it, a restarted
+            # daemon would move its links to a transport its peers do not use yet. An
+            # API that will not list the Nodes delays the start no longer than this.
+            await first(self.nodes.synced.wait(), within=self.config.api.request_timeout)
         placements.start()
         with heap.bulk():
             self.desired.step()

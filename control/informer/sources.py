@@ -1,4 +1,5 @@
-"""The resources a `Reflector` follows, as `Source`s over the `kubernetes.aio` client."""
+"""The resources a `Reflector` follows, as `Source`s over the `kubernetes.aio` client, and
+the one write to a Node: the daemon's annotation on its own (daemon/node_watch.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 from aiohttp import ClientResponse
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException
+
+from meshwire.control.common.media import MERGE_PATCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,19 @@ class Nodes:
             **_watch_args(resource_version, timeout_seconds, client_timeout)
         )
         return response
+
+
+async def annotate_node(
+    api: ApiClient, node: str, annotations: dict[str, str], client_timeout: float
+) -> None:
+    """Merge-patches `annotations` onto the Node named `node` through its status
+    subresource (which takes metadata, never the spec); raises `ApiException`."""
+    await _core(api).patch_node_status(
+        node,
+        {"metadata": {"annotations": annotations}},
+        _content_type=MERGE_PATCH,
+        _request_timeout=client_timeout,
+    )
 
 
 def _core(api: ApiClient) -> Any:

@@ -6,18 +6,19 @@ Topology `status.src_ip` is this node's address and `status.net_ns` is set
 
 - peer `localhost`: a macvlan row on the host interface `peer_intf`;
 - peer not running (no Topology, or no `src_ip`/`net_ns`: not started yet,
-  deleted, restarting; or its `src_ip` is a node that `gone` says was removed
-  from the cluster, daemon/node_watch.py): a `detached` row, the pod's end
+  deleted, restarting; or its `src_ip` is a node the cluster says was removed,
+  daemon/node_watch.py): a `detached` row, the pod's end
   alone without carrier; the link is built when the peer's change re-derives
   this pod (it is a dependent);
 - peer on this node: one veth row for the pair, the same whichever of the two
   pods is derived (no "lazy half");
-- peer on another node: a vxlan or grpc row, as `inter_node_link_type` says,
-  with ids from the namespace's slot (`ids.py`). A namespace without a slot
-  yet gets no such row, and the pod is listed as waiting for it (a CNI ADD
-  waits too: the link is due, unlike one whose peer is not running; a change
-  of slots re-derives it); one that cannot get a slot gets the row with
-  `id_problem` set, which the driver reports instead of building anything.
+- peer on another node: a grpc row while both nodes carry their links on grpc,
+  else a vxlan row (`inter_node_kind`), with ids from the namespace's slot
+  (`ids.py`). A namespace without a slot yet gets no such row, and the pod is
+  listed as waiting for it (a CNI ADD waits too: the link is due, unlike one
+  whose peer is not running; a change of slots re-derives it); one that cannot
+  get a slot gets the row with `id_problem` set, which the driver reports
+  instead of building anything.
 
 Each row's MTU is the link's own `mtu` (given on either end) or the daemon's.
 A link under emulation (model/emulation.py: impairments or a `state` on
@@ -35,7 +36,6 @@ problem naming the object, link and field; the pod's other links still work.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -92,9 +92,42 @@ def _running(topology: Topology | None) -> bool:
     return topology is not None and bool(topology.status.src_ip) and bool(topology.status.net_ns)
 
 
-def no_node_gone(ip: str) -> bool:
-    """`gone` when no node is ever removed (nothing follows the Nodes)."""
-    return False
+class Cluster(Protocol):
+    """What the cluster says of its nodes, by address (daemon/node_watch.py)."""
+
+    def gone(self, ip: str) -> bool:
+        """Whether the node of that address was removed from the cluster."""
+        ...
+
+    def link_type(self, ip: str) -> str | None:
+        """The link type ("vxlan", "grpc") the node of that address carries its
+        cross-node links on; None if it does not say."""
+        ...
+
+
+class NoCluster:
+    """Nothing followed (a lab's API has no Nodes): no node is gone, none says anything."""
+
+    def gone(self, ip: str) -> bool:
+        return False
+
+    def link_type(self, ip: str) -> str | None:
+        return None
+
+
+NO_CLUSTER = NoCluster()
+
+
+def inter_node_kind(node: NodeView, cluster: Cluster, peer_ip: str) -> LinkKind:
+    """The kind of a link without emulation to a pod on the node of `peer_ip`: grpc
+    while both nodes carry their links on grpc, else vxlan. Each node's is what the
+    cluster says of it, else this daemon's `inter_node_link_type`; so both ends reach
+    the same answer from the same Node objects, and a rolling change of the setting
+    moves each link once, when its second node's says grpc (or its first's no
+    longer does), not twice with a stretch of mismatched ends between."""
+    own = cluster.link_type(node.node_ip) or node.inter_node_link_type
+    peer = cluster.link_type(peer_ip) or own
+    return LinkKind.GRPC if own == peer == "grpc" else LinkKind.VXLAN
 
 
 def derive_pods(
@@ -102,10 +135,9 @@ def derive_pods(
     pod_keys: set[str],
     node: NodeView,
     slots: SlotSource,
-    gone: Callable[[str], bool] = no_node_gone,
+    cluster: Cluster = NO_CLUSTER,
 ) -> Derived:
-    """Rows and problems of every local pod among `pod_keys` (others yield nothing);
-    `gone(ip)`: whether the node of that address was removed from the cluster."""
+    """Rows and problems of every local pod among `pod_keys` (others yield nothing)."""
     out = Derived()
     for key in sorted(pod_keys):
         topology = table.get(key)
@@ -115,7 +147,7 @@ def derive_pods(
         validated = validate_topology(topology)
         problems.extend(str(p) for p in validated.problems)
         for link in validated.links:
-            row = _row(table, topology, link.uid, node, slots, problems, gone)
+            row = _row(table, topology, link.uid, node, slots, problems, cluster)
             if isinstance(row, LinkRow):
                 out.rows[row.key] = row
             elif row is NO_SLOT:
@@ -132,7 +164,7 @@ def _row(
     node: NodeView,
     slots: SlotSource,
     problems: list[str],
-    gone: Callable[[str], bool],
+    cluster: Cluster,
 ) -> LinkRow | NoSlot | None:
     """The link's row; NO_SLOT when it is due but its namespace has no id slot yet;
     None when there is none to build (a problem)."""
@@ -159,7 +191,11 @@ def _row(
     if problem is not None:
         problems.append(str(problem))
         return None
-    if peer_topology is None or not _running(peer_topology) or gone(peer_topology.status.src_ip):
+    if (
+        peer_topology is None
+        or not _running(peer_topology)
+        or cluster.gone(peer_topology.status.src_ip)
+    ):
         # The pod keeps its interface, without carrier, until its far end runs.
         far = End(link.peer_pod, "", link.peer_intf, link.peer_ip)
         return LinkRow(ns, uid, LinkKind.DETACHED, local, far, mtu)
@@ -176,9 +212,7 @@ def _row(
     remote = End(
         peer_topology.name, "", link.peer_intf, link.peer_ip, peer_mac, peer_link.impairments
     )
-    kind = LinkKind.VXLAN if node.inter_node_link_type == "vxlan" else LinkKind.GRPC
-    if emulated:
-        kind = LinkKind.GRPC
+    kind = LinkKind.GRPC if emulated else inter_node_kind(node, cluster, peer_status.src_ip)
     # A pulled cable is a `state`, so emulated: `down` is only ever set on a grpc row.
     down = link.down or peer_link.down
     row = LinkRow(

@@ -20,9 +20,14 @@ the links a change of emulation moves between the kernel's path and the workers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from meshwire.control.reconcile.derive import NodeView, SlotSource, derive_pods, no_node_gone
+from meshwire.control.reconcile.derive import (
+    NO_CLUSTER,
+    Cluster,
+    NodeView,
+    SlotSource,
+    derive_pods,
+)
 from meshwire.control.reconcile.rebuilds import Rebuilds
 from meshwire.control.tables.health import Findings
 from meshwire.control.tables.links import POD_INDEX, LinksTable, pods_of
@@ -39,15 +44,15 @@ class DesiredLinks:
         node: NodeView,
         slots: SlotSource,
         rebuilds: Rebuilds | None = None,
-        gone: Callable[[str], bool] = no_node_gone,
+        cluster: Cluster = NO_CLUSTER,
     ) -> None:
-        """`gone(ip)`: whether the node of that address was removed from the cluster
-        (derive.py); a change of its answers is followed by `rederive_all`."""
+        """`cluster`: what the cluster says of its nodes (derive.py); a change of its
+        answers is followed by `rederive_all`."""
         self.topologies = topologies
         self.links = links
         self.node = node
         self.slots = slots
-        self.gone = gone
+        self.cluster = cluster
         self.rebuilds = rebuilds if rebuilds is not None else Rebuilds()
         self._tracker = topologies.track()
 
@@ -104,7 +109,7 @@ class DesiredLinks:
 
     def rederive(self, pods: set[str]) -> None:
         """Derive `pods` again: their rows written where they differ, then their findings."""
-        derived = derive_pods(self.topologies, pods, self.node, self.slots, self.gone)
+        derived = derive_pods(self.topologies, pods, self.node, self.slots, self.cluster)
         stale: set[str] = set()
         for pod in pods:
             stale |= self.links.lookup(POD_INDEX, pod)
