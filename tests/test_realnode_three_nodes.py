@@ -13,7 +13,8 @@ the underlay, the API server restarted, a node removed from the cluster (its
 peers' ends lose carrier) and back; the ConfigMap switched to grpc and rolled out
 (the new daemons adopt the workers the old ones left in the removed pods) under 10 ms
 ping loops; then a rollout across the nodes, every cross-node link on the workers, under
-10 ms ping loops. The pings lost per link are reported.
+10 ms ping loops; a KNE-sized lab of 60 pods; and the ConfigMap switched back to vxlan
+and rolled out. The pings lost per link are reported.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from meshwire.base.netns_thread import call_in_netns
+from meshwire.control.daemon.node_watch import LINK_TYPE
 from tests import deploy_objects
 from tests.kne_lab import ring_lab, ring_links
 from tests.kube_helpers import create_namespace_for_pods, wait_for
@@ -510,16 +512,16 @@ def test_a_node_removed_from_the_cluster_its_peers_lose_carrier(
     assert all(carrier(netns[pod], intf) == (True, True) for pod, intf in far_ends)
 
 
-@pytest.mark.timeout(400)
-def test_grpc_configured_and_rolled_out_carries_every_link(lab: Lab, record_property: Any) -> None:
-    """The workers the vxlan daemons started are adopted by the grpc daemons in new pods
-    (their old root removed under them) and carry the links from then on."""
+def switch_transport(lab: Lab, record_property: Any, old: str, new: str) -> None:
+    """The ConfigMap's `inter_node_link_type` switched from `old` to `new` and rolled out
+    under 10 ms ping loops: every link ends up on `new` and pings, no pod end replaced,
+    every Node says `new`; the pings lost per link are reported."""
     config = lab.core.read_namespaced_config_map("meshwire-config", DAEMON_NS)
     text = config.data["config.yaml"]
-    grpc = text.replace("inter_node_link_type: vxlan", "inter_node_link_type: grpc")
-    assert grpc != text, "deploy/configmap.yaml no longer says inter_node_link_type: vxlan"
+    switched = text.replace(f"inter_node_link_type: {old}", f"inter_node_link_type: {new}")
+    assert switched != text, f"the ConfigMap no longer says inter_node_link_type: {old}"
     lab.core.patch_namespaced_config_map(
-        "meshwire-config", DAEMON_NS, {"data": {"config.yaml": grpc}}
+        "meshwire-config", DAEMON_NS, {"data": {"config.yaml": switched}}
     )
     before = lab.ifindexes()
     loops = loops_on_cross_node_links(lab)
@@ -527,12 +529,26 @@ def test_grpc_configured_and_rolled_out_carries_every_link(lab: Lab, record_prop
         # As `kubectl rollout restart` does.
         restarted = {"kubectl.kubernetes.io/restartedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ")}
         lab.roll_out({"spec": {"template": {"metadata": {"annotations": restarted}}}})
-        lab.transport = "grpc"
-        lab.wait_kinds("grpc")
+        lab.transport = new
+        lab.wait_kinds(new)
         lab.wait_all_ping()
     finally:
-        stop_and_report(loops, record_property, "vxlan_to_grpc")
+        stop_and_report(loops, record_property, f"{old}_to_{new}")
     assert lab.ifindexes() == before, "a pod end was replaced when the transport changed"
+    # Each daemon says on its Node what it carries: how the two ends of a link agree.
+    said = {
+        node.metadata.name: (node.metadata.annotations or {}).get(LINK_TYPE)
+        for node in lab.core.list_node().items
+    }
+    assert said == {node.name: new for node in lab.cluster.nodes}
+
+
+@pytest.mark.timeout(400)
+def test_grpc_configured_and_rolled_out_carries_every_link(lab: Lab, record_property: Any) -> None:
+    """The workers the vxlan daemons started are adopted by the grpc daemons in new pods
+    (their old root removed under them) and carry the links from then on. Each link
+    moves when its second node's daemon says grpc on its Node, on both nodes at once."""
+    switch_transport(lab, record_property, "vxlan", "grpc")
 
 
 @pytest.mark.timeout(600)
@@ -685,3 +701,12 @@ def test_a_kne_sized_lab_of_60_pods_comes_up_over_three_nodes(
             300,
             IGNORED,
         )
+
+
+@pytest.mark.timeout(400)
+def test_vxlan_configured_again_and_rolled_out_moves_every_link_back(
+    lab: Lab, record_property: Any
+) -> None:
+    """Each link moves back when the first of its nodes' daemons says vxlan on its Node,
+    on both nodes at once."""
+    switch_transport(lab, record_property, "grpc", "vxlan")
