@@ -184,12 +184,26 @@ def frames_per_s(program: Path, a: str, b: str, seconds: float) -> float:
     return float(eth1(b)["stats64"]["rx"]["packets"] - before) / sent
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
+def arguments(doc: str, seconds: float) -> argparse.ArgumentParser:
+    """The options of a bench of pairs: --seconds (a run), --repeat (runs), --json."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=seconds)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    return parser
+
+
+def remove_namespaces(prefix: str) -> None:
+    """Delete every netns whose name starts with `prefix`."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(prefix):
+            subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def main() -> int:
+    args = arguments(__doc__, 5.0).parse_args()
     prefix = f"mwpb{secrets.token_hex(3)}"
     try:
         node_a, node_b = nodes(prefix)
@@ -208,11 +222,7 @@ def main() -> int:
                     runs[name].append(iperf_mbps(a, b, args.seconds))
                     frames[name].append(frames_per_s(program, a, b, args.seconds))
     finally:
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        for line in listed.splitlines():
-            name = line.split()[0] if line.split() else ""
-            if name.startswith(f"{prefix}-"):
-                subprocess.run(["ip", "netns", "del", name], check=False)
+        remove_namespaces(f"{prefix}-")
     result: dict[str, float] = {name: statistics.median(values) for name, values in runs.items()}
     rates = {name: statistics.median(values) for name, values in frames.items()}
     for kind in ("veth", "vxlan"):
