@@ -148,8 +148,6 @@ class NodeWatch:
                 await annotate_node(
                     api, self.node_name, {LINK_TYPE: self.own_link_type}, self.request_timeout
                 )
-            except asyncio.CancelledError:
-                raise
             except ApiException as exc:
                 if exc.status in REFUSED:
                     log.warning(
@@ -160,7 +158,7 @@ class NodeWatch:
                     self._refuse()
                     continue
                 await self._retry_later(backoff, exc)
-            except Exception as exc:
+            except Exception as exc:  # a connection's failure, a timeout: retried
                 await self._retry_later(backoff, exc)
             else:
                 backoff.healthy()
