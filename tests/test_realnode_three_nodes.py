@@ -611,11 +611,18 @@ class Milestones:
         return max(times.values()) if len(times) == count else None
 
 
-def kne_ends_done(lab: Lab) -> int:
-    """Link ends of the kne namespace that the nodes' /links say are done."""
+def kne_ends_done(lab: Lab, slow_reads: list[str]) -> int:
+    """Link ends of the kne namespace that the nodes' /links say are done; -1 when a
+    node's /links did not answer in time (its name and the error added to `slow_reads`,
+    which the test reports: the poll goes on)."""
     done = 0
     for node in lab.cluster.nodes:
-        for entry in lab.links_report(node):
+        try:
+            report = lab.links_report(node)
+        except OSError as exc:
+            slow_reads.append(f"{node.name}: {exc!r}")
+            return -1
+        for entry in report:
             if entry["state"] == "done" and entry["local"]["pod"].startswith(f"{KNE_NS}/"):
                 done += 2 if entry["kind"] == "veth" else 1
     return done
@@ -651,6 +658,7 @@ def test_a_kne_sized_lab_of_60_pods_comes_up_over_three_nodes(
     create_namespace_for_pods(lab.api_client, KNE_NS, WAIT)
     try:
         seen = Milestones(time.monotonic())
+        slow_reads: list[str] = []
         for body in topologies:
             lab.custom.create_namespaced_custom_object(*TOPOLOGY[:2], KNE_NS, TOPOLOGY[2], body)
         for body in pods:
@@ -660,7 +668,7 @@ def test_a_kne_sized_lab_of_60_pods_comes_up_over_three_nodes(
         while seen.all_by("ready", KNE_PODS) is None or not seen.links_up:
             assert time.monotonic() < deadline, f"lab not up: {seen.at}"
             seen.see(lab.core.list_namespaced_pod(KNE_NS).items)
-            if not seen.links_up and kne_ends_done(lab) == 2 * len(links):
+            if not seen.links_up and kne_ends_done(lab, slow_reads) == 2 * len(links):
                 seen.links_up = time.monotonic() - seen.start
             time.sleep(0.5)
         adds = add_seconds(lab)
@@ -684,6 +692,8 @@ def test_a_kne_sized_lab_of_60_pods_comes_up_over_three_nodes(
             ),
             "per_pod_cni_add_s": spread_of(list(adds.values())),
             "per_node": dict(collections.Counter(placement.values())),
+            # A daemon's /links that did not answer within its 10 s timeout.
+            "slow_links_reads": slow_reads,
         }
         record_property("kne60_phases", json.dumps(phases))
         print(f"KNE-sized lab, {KNE_PODS} pods and {len(links)} links: {phases}")
