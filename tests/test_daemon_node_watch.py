@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
@@ -13,6 +12,7 @@ from kubernetes.aio.client.exceptions import ApiException
 
 from meshwire.control.daemon import node_watch
 from meshwire.control.daemon.node_watch import LINK_TYPE, NodeWatch
+from tests.informer_helpers import wait_until
 
 
 def node(name: str, *addresses: tuple[str, str]) -> dict[str, Any]:
@@ -33,13 +33,6 @@ def patch_annotate(annotate: Callable[..., Any]) -> Iterator[None]:
     answer is tests/test_kube_node_watch.py's."""
     with mock.patch.object(node_watch, "annotate_node", annotate):
         yield
-
-
-async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.01)
 
 
 class Changes:
@@ -138,13 +131,13 @@ def test_the_annotation_is_written_when_ready_and_whenever_the_node_says_otherwi
             await asyncio.sleep(0.05)
             assert writes == []  # not before the first reconcile is done
             ready.set()
-            await until(lambda: len(writes) == 1)
+            await wait_until(lambda: len(writes) == 1, "the first write", 5.0)
             watch.changed("MODIFIED", annotated(A, "grpc"))  # the write, seen
             await asyncio.sleep(0.05)
             assert len(writes) == 1
             watch.changed("DELETED", A)
             watch.changed("ADDED", A)  # registered anew, without it
-            await until(lambda: len(writes) == 2)
+            await wait_until(lambda: len(writes) == 2, "the write on the new Node", 5.0)
             writer.cancel()
         return writes
 
@@ -167,7 +160,7 @@ def test_a_refused_write_hands_this_node_back_to_its_config_until_the_node_says_
             writer = asyncio.create_task(watch._keep_annotation(None, ready))  # type: ignore[arg-type]
             watch.listed([annotated(A, "vxlan")])
             assert watch.link_type("10.0.0.1") == "vxlan"
-            await until(lambda: watch.link_type("10.0.0.1") is None)
+            await wait_until(lambda: watch.link_type("10.0.0.1") is None, "the refusal", 5.0)
             assert changes.count == 2  # derived again, with this daemon's config
             watch.changed("MODIFIED", annotated(A, "grpc"))  # somebody wrote it
             assert watch.link_type("10.0.0.1") == "grpc"

@@ -4,7 +4,6 @@ Node through the status subresource, kept there, and read back from every Node."
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from meshwire.control.daemon.node_watch import LINK_TYPE, NodeWatch
 from meshwire.control.informer.client import make_api_client
+from tests.informer_helpers import wait_until
 from tests.kube_cluster import ControlPlane
 from tests.kube_helpers import admin, unique
 
@@ -65,13 +65,6 @@ def nodes(kube: ControlPlane) -> Iterator[Nodes]:
         api.close()
 
 
-async def until(what: str, condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {WAIT}s"
-        await asyncio.sleep(0.05)
-
-
 async def in_thread(call: Callable[[], Any]) -> Any:
     return await asyncio.to_thread(call)
 
@@ -96,23 +89,29 @@ async def test_the_link_type_is_written_on_its_own_node_kept_and_read_from_every
         assert await in_thread(lambda: nodes.annotation(own)) == "vxlan"
 
         ready.set()
-        await until("the annotation written", lambda: watch.link_type("198.51.100.1") == "grpc")
+        await wait_until(
+            lambda: watch.link_type("198.51.100.1") == "grpc", "the annotation written", WAIT
+        )
         assert await in_thread(lambda: nodes.annotation(own)) == "grpc"
         seen = len(changes)
 
         # Somebody edits it: written back. Another node's change is only read.
         await in_thread(lambda: nodes.annotate(own, "vxlan"))
         await in_thread(lambda: nodes.annotate(other, "vxlan"))
-        await until("the other's change read", lambda: watch.link_type("198.51.100.2") == "vxlan")
-        await until("written back", lambda: watch.link_type("198.51.100.1") == "grpc")
+        await wait_until(
+            lambda: watch.link_type("198.51.100.2") == "vxlan", "the other's change read", WAIT
+        )
+        await wait_until(lambda: watch.link_type("198.51.100.1") == "grpc", "written back", WAIT)
         assert await in_thread(lambda: nodes.annotation(own)) == "grpc"
         assert len(changes) > seen
 
         # The Node deleted and registered anew, without it: written again.
         await in_thread(lambda: nodes.delete(own))
-        await until("the node gone", lambda: watch.link_type("198.51.100.1") is None)
+        await wait_until(lambda: watch.link_type("198.51.100.1") is None, "the node gone", WAIT)
         await in_thread(lambda: nodes.create(own, "198.51.100.1"))
-        await until("written on the new Node", lambda: watch.link_type("198.51.100.1") == "grpc")
+        await wait_until(
+            lambda: watch.link_type("198.51.100.1") == "grpc", "written on the new Node", WAIT
+        )
         assert not task.done()
     finally:
         task.cancel()
@@ -133,7 +132,7 @@ async def test_a_daemon_whose_node_does_not_exist_yet_writes_when_it_appears(
         await asyncio.wait_for(watch.synced.wait(), WAIT)
         assert watch.link_type("198.51.100.9") is None
         await in_thread(lambda: nodes.create(own, "198.51.100.9"))
-        await until("written", lambda: watch.link_type("198.51.100.9") == "vxlan")
+        await wait_until(lambda: watch.link_type("198.51.100.9") == "vxlan", "written", WAIT)
         assert await in_thread(lambda: nodes.annotation(own)) == "vxlan"
     finally:
         task.cancel()
