@@ -24,6 +24,9 @@ It runs the real commands as a user would (`meshwire lab up`, `check`,
   the seconds they took (`meshwire_reconcile_duration_seconds`), so the
   convergence work of each node is seen apart from the waiting;
 - `check` (every link proven by ARP both ways) and `down`;
+- the kernel's floor for the same lab, in the same run before `up`
+  (`bench/lab_floor.py`: the same namespaces, veth pairs, vxlan devices and tc
+  stitches made by `ip -batch` and `tc -batch`), and `up`'s total against it;
 - the floor the daemons' status write cap puts under the CNI phase: each
   ADD answers only once its pod's placement is written to its Topology
   status, and a node writes at most `reconcile.status_rate` statuses a second
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from lab_floor import floor_of
 
 from meshwire.base import hostport
 from meshwire.control.model.topology import Link
@@ -225,11 +229,15 @@ def main(argv: list[str]) -> int:
     if args.keep:
         args.keep.write_text(text)
     report: dict[str, Any] = {"pods": args.pods, "links": args.pods + args.chords}
+    report["kernel_floor"] = floor_of(topologies, args.nodes)
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "scale.yml"
         file.write_text(text)
         try:
             report["up"] = phases(run_up(file, args.nodes, args.config))
+            report["up_over_floor"] = round(
+                report["up"]["total"] / report["kernel_floor"]["floor_s"], 2
+            )
             report["status_cap"] = status_cap(report["up"], args.config)
             report["nodes"] = node_metrics()
             report["check_seconds"], report["check"] = timed(meshwire("check"))
