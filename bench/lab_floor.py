@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,9 +182,12 @@ def measure(
     nodes: list[str],
     prefix: str,
     stages: dict[str, float],
+    inspect: Callable[[Names], None] | None = None,
 ) -> tuple[float, float]:
     """Seconds until every batch returned, and until every pod end was up with carrier;
     `stages` gets the seconds of each stage (`netns_s`, `nodes_s`, `pods_s`).
+    `inspect`, if given, is called with the names once every end is up, before
+    anything is deleted.
 
     Raises RuntimeError if they are not up within TIMEOUT, CalledProcessError if a
     tool fails.
@@ -235,7 +238,10 @@ def measure(
                         del waiting[pod]
                 if waiting:
                     time.sleep(POLL)
-            return returned, time.monotonic() - started
+            up = time.monotonic() - started
+            if inspect is not None:
+                inspect(names)
+            return returned, up
         finally:
             with ThreadPoolExecutor(PARALLEL) as pool:
                 list(pool.map(netns.delete, names.every_netns()))
