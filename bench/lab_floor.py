@@ -45,9 +45,9 @@ from pathlib import Path
 
 from kernel_floor import up_names
 
+from meshwire.control.links.vxlan import VXLAN_PORT
 from meshwire.tools.lab import netns
 
-VXLAN_PORT = 4789
 UNDERLAY_MTU = 9216
 POLL = 0.02
 TIMEOUT = 300.0
