@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/lab_floor.py [--pods 1000] [--chords 1000] [--nodes 4] [--seed 1]
 
-`measure(links, placement, nodes, prefix)` builds, timed, what `meshwire lab up`
+`measure(links, placement, nodes, prefix, stages)` builds, timed, what `meshwire lab up`
 leaves in the kernel for the same lab, the way meshwire makes it (docs/design.md:
 every pod end a veth whose peer is in its node's netns, the transport stitched
 behind that peer with tc), with the kernel's own tools and nothing between them:
@@ -23,9 +23,9 @@ behind that peer with tc), with the kernel's own tools and nothing between them:
 It returns the seconds until every `ip`/`tc` run returned and until every pod end
 was up with carrier (polled every 20 ms), and the seconds of each stage.
 Everything it made is deleted afterwards, even on failure. The kernel frees
-deleted namespaces in the background, a core's work for most of a minute after
-1,000 of them: `settle()` waits until that is done and the machine is idle again,
-so whatever is measured next does not pay for it. `bench/lab_scale.py` runs the floor in the
+deleted namespaces in the background, for 10-20 s after 1,000 of them: `settle()`
+waits until that is done and the machine is idle again, so whatever is measured
+next does not pay for it. `bench/lab_scale.py` runs the floor in the
 same run as `lab up` and reports the ratio.
 """
 
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from kernel_floor import up_names
 
 from meshwire.control.links.vxlan import VXLAN_PORT
 from meshwire.tools.lab import netns
+from meshwire.tools.lab.placement import round_robin
 
 UNDERLAY_MTU = 9216
 POLL = 0.02
@@ -195,7 +197,7 @@ def measure(
     pods = sorted(placement)
     names = Names(prefix, pods, len(nodes))
     per_pod = pod_scripts(links)
-    ends = {pod: text.count("\n") // 2 for pod, text in per_pod.items()}
+    ends = Counter(pod for link in links for pod in (link.a, link.b))
     with tempfile.TemporaryDirectory(prefix="mwlabfloor") as tmp:
         scripts = Path(tmp)
 
@@ -286,11 +288,6 @@ def settle(idle: float = SETTLED_IDLE, timeout: float = SETTLE_TIMEOUT) -> float
         elif time.monotonic() - quiet_since >= SETTLED_FOR:
             break
     return time.monotonic() - started
-
-
-def round_robin(pods: list[str], nodes: list[str]) -> dict[str, str]:
-    """`lab up`'s placement: pods in file order, cycling through the nodes."""
-    return {pod: nodes[i % len(nodes)] for i, pod in enumerate(pods)}
 
 
 def floor_of(topologies: list[dict], nodes: int) -> dict[str, float]:
